@@ -1,0 +1,33 @@
+"""PyTorch backend plugin: registers itself; torch is imported only when the backend is built."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from polytrain import BackendInfo, hookimpl
+
+
+def _factory(options: Any) -> Any:
+    from polytrain.threads import export_thread_env, resolve_threads
+
+    threads = resolve_threads(options.threads)
+    export_thread_env(threads)
+    from ._backend import TorchBackend
+
+    backend = TorchBackend(options)
+    backend.set_threads(threads)
+    return backend
+
+
+@hookimpl
+def polytrain_register_backends(register: Callable[[BackendInfo], None]) -> None:
+    register(
+        BackendInfo(
+            name="torch",
+            framework="torch",
+            distribution="torch",
+            factory=_factory,
+            description="PyTorch (torch.nn, torch.distributed gloo/nccl)",
+        )
+    )

@@ -1,0 +1,313 @@
+"""The common interface every backend implements: one docstring per verb states its contract.
+
+Required verbs are abstract, so a third-party backend missing one fails when it is
+built, not in the middle of training. Optional behaviour (loss scaling without mixed
+precision, gradient synchronisation across replicas) has concrete defaults written
+with the required verbs; a backend overrides them only to go faster.
+
+Tensors, devices and models are the framework's own objects; the core never looks
+inside them. Names of devices are neutral: ``cpu``, ``cpu:K`` (an emulated device,
+so data-parallel logic runs without GPUs) and ``gpu:K``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .errors import BackendError, CheckpointError, ConfigError
+from .models import ModelSpec
+from .optim import Optimizer, OptimizerConfig
+from .sharding import shard_bounds
+
+Tensor = Any
+Device = Any
+
+
+@dataclass
+class BackendOptions:
+    """How a backend is built. ``threads=None`` keeps what :mod:`polytrain.threads` set."""
+
+    threads: int | None = None
+    fast: bool | None = None
+    precision: str = "fp32"
+
+
+@dataclass
+class Model:
+    """A native model and where it lives; what the recipe loop holds.
+
+    ``replicas[i]`` is the native module used on ``devices[i]`` (on MXNet every entry is
+    the same block, whose parameters hold one copy per context). ``private`` is the
+    backend's own bookkeeping (name maps, layout converters).
+    """
+
+    native: Any
+    devices: list[Device]
+    replicas: list[Any]
+    spec: ModelSpec | None = None
+    private: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.devices)
+
+
+class Backend(ABC):
+    """One framework behind the common interface."""
+
+    name: ClassVar[str]
+    framework: ClassVar[str]
+
+    def __init__(self, options: BackendOptions | None = None) -> None:
+        self.options = options or BackendOptions()
+        self.world_size = 1
+        self.rank = 0
+
+    # -- identity, threads, seeds ---------------------------------------------------------
+
+    @abstractmethod
+    def version(self) -> str:
+        """The framework's version string."""
+
+    @abstractmethod
+    def threads(self) -> dict[str, int]:
+        """The framework's thread settings as they are now (for the run header)."""
+
+    @abstractmethod
+    def set_threads(self, n: int) -> None:
+        """Use ``n`` intra-op threads from now on."""
+
+    @abstractmethod
+    def seed(self, seed: int) -> None:
+        """Seed the framework's own generators (dropout). Weights come from numpy."""
+
+    @abstractmethod
+    def synchronize(self) -> None:
+        """Wait until all queued work is done (MXNet is asynchronous; time only after this)."""
+
+    # -- devices --------------------------------------------------------------------------
+
+    @abstractmethod
+    def gpu_count(self) -> int:
+        """Number of GPUs the framework can use here (0 on a CPU build)."""
+
+    @abstractmethod
+    def device(self, name: str) -> Device:
+        """The native device for a neutral name: ``cpu``, ``cpu:K`` or ``gpu:K``."""
+
+    @abstractmethod
+    def device_name(self, device: Device) -> str:
+        """The neutral name of a native device."""
+
+    def devices(self, spec: str | Sequence[str] = "cpu") -> list[Device]:
+        """Devices from a spec: ``cpu``, ``cpu:4`` (four emulated devices), ``gpu``
+        (all GPUs, or the CPU if none), ``gpu:0,1`` or a list of neutral names."""
+        names = parse_devices(spec, self.gpu_count())
+        return [self.device(n) for n in names]
+
+    def try_gpu(self, i: int = 0) -> Device:
+        """GPU ``i`` if it exists, else the CPU."""
+        return self.device(f"gpu:{i}") if i < self.gpu_count() else self.device("cpu")
+
+    def try_all_gpus(self) -> list[Device]:
+        """Every GPU, or ``[cpu]`` when there is none: never empty."""
+        n = self.gpu_count()
+        return [self.device(f"gpu:{i}") for i in range(n)] or [self.device("cpu")]
+
+    # -- tensors --------------------------------------------------------------------------
+
+    @abstractmethod
+    def to_tensor(self, array: np.ndarray, device: Device | None = None) -> Tensor:
+        """A native tensor holding a copy of ``array`` (same dtype) on ``device``."""
+
+    @abstractmethod
+    def to_numpy(self, tensor: Tensor) -> np.ndarray:
+        """A host numpy copy of a native tensor (waits for it on asynchronous engines)."""
+
+    def split_and_load(self, batch: np.ndarray, devices: Sequence[Device]) -> list[Tensor]:
+        """One contiguous shard per device, placed there; sizes differ by at most one,
+        larger first; nothing is dropped; fewer samples than devices is an error."""
+        bounds = shard_bounds(len(batch), len(devices))
+        return [self.to_tensor(batch[a:b], d) for (a, b), d in zip(bounds, devices, strict=True)]
+
+    @abstractmethod
+    def allreduce(self, tensors: Sequence[Tensor], op: str) -> None:
+        """Reduce in place: afterwards every tensor holds the ``op`` ("sum" or "mean") of
+        all of them and stays on its device. When a process group is initialised, the
+        reduction also spans every process (the framework's own collective)."""
+
+    @abstractmethod
+    def broadcast(self, tensors: Sequence[Tensor], src: int = 0) -> None:
+        """Copy ``tensors[src]`` into every other tensor in place (and from the rank-0
+        process to the others when a process group is initialised)."""
+
+    # -- models ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def build_model(self, model: ModelSpec | Any, devices: Sequence[Device] | None = None) -> Model:
+        """Build a neutral spec (or wrap a user's own native module) on ``devices``.
+
+        A spec is built with the spec's layer names, so native parameter names follow
+        the canonical ones. Weights are whatever the framework chose: call
+        :meth:`set_params` with ``spec.init_params(seed)`` for identical starts."""
+
+    @abstractmethod
+    def get_params(self, model: Model) -> dict[str, np.ndarray]:
+        """All parameters and buffers of replica 0 as float32 numpy in the canonical
+        (PyTorch) layout and names: conv OIHW, linear [out, in], BatchNorm
+        weight/bias/running_mean/running_var (torch's unbiased running_var)."""
+
+    @abstractmethod
+    def set_params(self, model: Model, params: dict[str, np.ndarray]) -> None:
+        """Load canonical parameters into every replica. Missing, unexpected or wrongly
+        shaped entries are a :class:`~polytrain.errors.CheckpointError` naming them."""
+
+    @abstractmethod
+    def parameter_names(self, model: Model) -> list[str]:
+        """Canonical names of the trainable parameters, in model order."""
+
+    @abstractmethod
+    def forward(self, model: Model, x: Tensor, *, replica: int = 0, train: bool = False) -> Tensor:
+        """Logits of replica ``replica`` for ``x`` (on that replica's device). With
+        ``train=False`` the model is in eval mode and no graph is recorded."""
+
+    @abstractmethod
+    def record(self) -> contextlib.AbstractContextManager[None]:
+        """Context in which a training forward pass records the graph for backward
+        (MXNet's autograd.record; grad-enabled mode elsewhere)."""
+
+    @abstractmethod
+    def cross_entropy(self, logits: Tensor, labels: Tensor, reduction: str = "mean") -> Tensor:
+        """Softmax cross-entropy of integer labels shaped [N] ("mean", "sum" or "none")."""
+
+    @abstractmethod
+    def count_correct(self, logits: Tensor, labels: Tensor) -> Tensor:
+        """Number of rows whose arg-max equals the label, as a native scalar."""
+
+    @abstractmethod
+    def backward(self, loss: Tensor) -> None:
+        """Accumulate d(loss)/d(parameters) into the gradients of the loss's replica."""
+
+    def scale_loss(self, loss: Tensor, denominator: int, scale: float = 1.0) -> Tensor:
+        """What to backpropagate for a shard's *summed* loss: divided by the number of
+        samples of the global batch (all shards, processes and micro-batches), times the
+        loss scale under mixed precision. So every backend's gradient is the gradient
+        of the mean loss over the global batch."""
+        return loss * (scale / denominator)
+
+    @abstractmethod
+    def gradients(self, model: Model, replica: int = 0) -> dict[str, np.ndarray]:
+        """Gradients of one replica as numpy, canonical names and layout."""
+
+    @abstractmethod
+    def replica_gradients(self, model: Model) -> list[list[Tensor]]:
+        """Per trainable parameter, the native gradient tensor of each replica."""
+
+    def sync_gradients(self, model: Model) -> None:
+        """Sum every gradient over replicas (and processes): after it, each replica
+        holds the gradient of the whole global batch."""
+        if model.num_devices == 1 and self.world_size == 1:
+            return
+        for grads in self.replica_gradients(model):
+            self.allreduce(grads, "sum")
+
+    def grad_norm(self, model: Model) -> float:
+        """Global L2 norm of replica 0's gradients (after synchronisation)."""
+        grads = self.gradients(model)
+        return float(np.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads.values())))
+
+    @abstractmethod
+    def make_optimizer(self, model: Model, config: OptimizerConfig) -> Optimizer:
+        """An optimizer over every replica applying the update rule of :mod:`polytrain.optim`."""
+
+    # -- native files ---------------------------------------------------------------------
+
+    native_suffix: ClassVar[str]
+
+    @abstractmethod
+    def save_native(self, model: Model, path: str) -> None:
+        """Write the framework's own format (.pt / .pdparams / .params), host memory,
+        no wrapper prefixes, atomically."""
+
+    @abstractmethod
+    def load_native(self, model: Model, path: str) -> None:
+        """Read the framework's own format written by :meth:`save_native` or by plain
+        framework code (torch loads with ``weights_only=True``)."""
+
+    # -- processes ------------------------------------------------------------------------
+
+    def init_distributed(self, info: Any, timeout: float = 120.0) -> None:
+        """Join the process group described by a :class:`polytrain.cluster.ClusterInfo`."""
+        if getattr(info, "world_size", 1) > 1:
+            raise BackendError(f"Backend {self.name!r} does not support several processes yet.")
+
+    def shutdown_distributed(self) -> None:
+        """Leave the process group (so that no rank aborts at exit)."""
+
+    @contextlib.contextmanager
+    def autocast(self, precision: str) -> Iterator[None]:
+        """Run the forward pass under ``precision`` ("fp32" needs no support)."""
+        if precision != "fp32":
+            raise BackendError(f"Backend {self.name!r} cannot train in {precision} here.")
+        yield
+
+
+def parse_devices(spec: str | Sequence[str], gpu_count: int) -> list[str]:
+    """Neutral device names from a spec (see :meth:`Backend.devices`)."""
+    if not isinstance(spec, str):
+        names = [str(s) for s in spec]
+        if not names:
+            raise ConfigError("An empty device list: give at least one device, e.g. 'cpu'.")
+        return names
+    text = spec.strip().lower()
+    if text in ("", "cpu"):
+        return ["cpu"]
+    if text == "gpu" or text == "gpu:all":
+        return [f"gpu:{i}" for i in range(gpu_count)] or ["cpu"]
+    kind, _, rest = text.partition(":")
+    if kind not in ("cpu", "gpu") or not rest:
+        raise ConfigError(
+            f"Bad device spec {spec!r}. Use 'cpu', 'cpu:N' (N emulated CPU devices), "
+            "'gpu' (all GPUs) or 'gpu:0,1'."
+        )
+    if kind == "cpu":
+        if not rest.isdigit() or int(rest) < 1:
+            raise ConfigError(f"Bad device spec {spec!r}: 'cpu:N' needs N >= 1.")
+        n = int(rest)
+        return ["cpu"] if n == 1 else [f"cpu:{i}" for i in range(n)]
+    ids = [s.strip() for s in rest.split(",")]
+    if not all(s.isdigit() for s in ids):
+        raise ConfigError(f"Bad device spec {spec!r}: GPU ids must be integers, as in 'gpu:0,1'.")
+    missing = [int(s) for s in ids if int(s) >= gpu_count]
+    if missing:
+        raise ConfigError(
+            f"Device spec {spec!r} asks for GPU {missing[0]}, but {gpu_count} GPU(s) are "
+            "available here. Use 'cpu:N' to emulate devices, or 'gpu' for what exists."
+        )
+    return [f"gpu:{s}" for s in ids]
+
+
+def check_params(expected: dict[str, Any], given: dict[str, np.ndarray], shape_of: Callable[[Any], tuple[int, ...]]) -> None:
+    """Raise CheckpointError naming missing, unexpected and misshapen entries."""
+    missing = [k for k in expected if k not in given]
+    extra = [k for k in given if k not in expected]
+    wrong = [
+        f"{k}: expected {shape_of(v)}, got {tuple(np.shape(given[k]))}"
+        for k, v in expected.items()
+        if k in given and tuple(shape_of(v)) != tuple(np.shape(given[k]))
+    ]
+    if missing or extra or wrong:
+        parts = []
+        if missing:
+            parts.append(f"missing {missing}")
+        if extra:
+            parts.append(f"unexpected {extra}")
+        if wrong:
+            parts.append(f"wrong shape {wrong}")
+        raise CheckpointError("Parameters do not match the model: " + "; ".join(parts) + ".")

@@ -1,0 +1,34 @@
+"""The project's own error types: every failure a user can cause raises one of these.
+
+Each message says what was asked, what was found, and how to fix it.
+"""
+
+from __future__ import annotations
+
+
+class PolytrainError(Exception):
+    """Base of every error polytrain raises on purpose."""
+
+
+class ConfigError(PolytrainError, ValueError):
+    """A bad argument, option or combination of options."""
+
+
+class BackendError(PolytrainError):
+    """A backend is unknown, not installed, or cannot do what was asked."""
+
+
+class DataError(PolytrainError):
+    """A dataset file is missing, truncated, corrupt or fails its checksum."""
+
+
+class CheckpointError(PolytrainError):
+    """A checkpoint is missing, corrupt, or does not match the model it is loaded into."""
+
+
+class ClusterError(PolytrainError):
+    """The distributed environment is inconsistent or a collective failed."""
+
+
+class NonFiniteLossError(PolytrainError):
+    """Training produced a NaN or Inf loss."""
