@@ -247,7 +247,7 @@ class Backend(ABC):
         if getattr(info, "world_size", 1) > 1:
             raise BackendError(f"Backend {self.name!r} does not support several processes yet.")
 
-    def shutdown_distributed(self) -> None:
+    def shutdown_distributed(self) -> None:  # noqa: B027 - optional, identity default
         """Leave the process group (so that no rank aborts at exit)."""
 
     @contextlib.contextmanager
@@ -293,7 +293,11 @@ def parse_devices(spec: str | Sequence[str], gpu_count: int) -> list[str]:
     return [f"gpu:{s}" for s in ids]
 
 
-def check_params(expected: dict[str, Any], given: dict[str, np.ndarray], shape_of: Callable[[Any], tuple[int, ...]]) -> None:
+def check_params(
+    expected: dict[str, Any],
+    given: dict[str, np.ndarray],
+    shape_of: Callable[[Any], tuple[int, ...]],
+) -> None:
     """Raise CheckpointError naming missing, unexpected and misshapen entries."""
     missing = [k for k in expected if k not in given]
     extra = [k for k in given if k not in expected]

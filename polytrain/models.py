@@ -110,11 +110,9 @@ Layer = (
     | Sequential
     | Residual
 )
-LAYER_TYPES: dict[str, type] = {
-    t.__name__: t
-    for t in (Conv2d, Linear, BatchNorm2d, ReLU, MaxPool2d, AvgPool2d, GlobalAvgPool2d)
-    + (Flatten, Dropout, Sequential, Residual)
-}
+_ALL_LAYERS: tuple[type, ...] = (Conv2d, Linear, BatchNorm2d, ReLU, MaxPool2d, AvgPool2d)
+_ALL_LAYERS += (GlobalAvgPool2d, Flatten, Dropout, Sequential, Residual)
+LAYER_TYPES: dict[str, type] = {t.__name__: t for t in _ALL_LAYERS}
 INIT_RULES = ("torch_default", "xavier_uniform", "kaiming_normal", "normal")
 
 
@@ -258,7 +256,9 @@ def layer_parameters(layer: Layer) -> dict[str, tuple[int, ...]]:
     """Canonical parameter shapes of one leaf layer (PyTorch layout)."""
     if isinstance(layer, Conv2d):
         k = layer.kernel_size
-        shapes = {"weight": (layer.out_channels, layer.in_channels, k, k)}
+        shapes: dict[str, tuple[int, ...]] = {
+            "weight": (layer.out_channels, layer.in_channels, k, k)
+        }
         if layer.bias:
             shapes["bias"] = (layer.out_channels,)
         return shapes
@@ -468,4 +468,3 @@ def get_model_spec(name: str) -> ModelSpec:
         raise ConfigError(
             f"Unknown model {name!r}. Built-in models: {', '.join(MODELS)}."
         ) from None
-

@@ -85,7 +85,7 @@ def conv2d(
 ) -> np.ndarray:
     """Cross-correlation, NCHW input, OIHW weight."""
     n, c, h, wd = x.shape
-    o, _, kh, kw = w.shape
+    _, _, kh, kw = w.shape
     xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
     oh = (h + 2 * padding - kh) // stride + 1
     ow = (wd + 2 * padding - kw) // stride + 1

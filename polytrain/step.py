@@ -46,7 +46,9 @@ class StepRunner:
         self.accumulate = accumulate
         self.precision = precision
 
-    def train_step(self, x: np.ndarray, y: np.ndarray, global_count: int | None = None) -> StepResult:
+    def train_step(
+        self, x: np.ndarray, y: np.ndarray, global_count: int | None = None
+    ) -> StepResult:
         """One update from this process's part of a global batch of ``global_count``
         samples (default: ``len(x)``, a single process)."""
         b, model = self.backend, self.model

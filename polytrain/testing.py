@@ -104,12 +104,17 @@ def pooling_spec(pool: AvgPool2d | MaxPool2d, size: int = 9) -> ModelSpec:
     """One conv then one pooling layer: pins a pooling configuration."""
     conv = Conv2d(1, 2, 1)
     k = pool.stride or pool.kernel_size
-    out = reference.pool_output_size(size, pool.kernel_size, k, pool.padding,
-                                     getattr(pool, "ceil_mode", False))
+    out = reference.pool_output_size(
+        size, pool.kernel_size, k, pool.padding, getattr(pool, "ceil_mode", False)
+    )
     return ModelSpec(
         "pool",
-        seq(("conv", conv), ("pool", pool), ("flatten", Flatten()),
-            ("fc", Linear(2 * out * out, 10))),
+        seq(
+            ("conv", conv),
+            ("pool", pool),
+            ("flatten", Flatten()),
+            ("fc", Linear(2 * out * out, 10)),
+        ),
         input_shape=(1, size, size),
         init="torch_default",
     )
@@ -277,7 +282,9 @@ class BackendConformance:
         x, y = batch(spec, 16)
         loss, grads = loss_and_grads(backend, model, x, y)
         want = reference.mlp_gradients(spec, params, x, y)
-        assert abs(loss - float(reference.cross_entropy(reference.forward(spec, params, x), y))) < 1e-5
+        assert (
+            abs(loss - float(reference.cross_entropy(reference.forward(spec, params, x), y))) < 1e-5
+        )
         for k, g in want.items():
             np.testing.assert_allclose(grads[k], g, rtol=1e-4, atol=GRAD_ATOL, err_msg=k)
 
@@ -319,7 +326,10 @@ class BackendConformance:
         var = x.astype(np.float64).var(axis=(0, 2, 3))
         n = x.shape[0] * x.shape[2] * x.shape[3]
         normed = (x - mean[None, :, None, None]) / np.sqrt(var[None, :, None, None] + 1e-5)
-        h = normed * params["bn.weight"][None, :, None, None] + params["bn.bias"][None, :, None, None]
+        h = (
+            normed * params["bn.weight"][None, :, None, None]
+            + params["bn.bias"][None, :, None, None]
+        )
         want_logits = h.reshape(6, -1) @ params["fc.weight"].T + params["fc.bias"]
         np.testing.assert_allclose(got_logits, want_logits, rtol=1e-4, atol=1e-4)
         got = backend.get_params(model)
@@ -337,8 +347,9 @@ class BackendConformance:
     @pytest.mark.parametrize("name", OPTIMIZERS)
     def test_optimizer_matches_numpy(self, backend: Backend, name: str) -> None:
         spec = get_model_spec("mlp")
-        config = OptimizerConfig(name=name, lr=0.1 if name != "adam" else 0.01,
-                                 weight_decay=0.01, momentum=0.9)
+        config = OptimizerConfig(
+            name=name, lr=0.1 if name != "adam" else 0.01, weight_decay=0.01, momentum=0.9
+        )
         model = backend.build_model(spec)
         params = spec.init_params(seed=6)
         backend.set_params(model, params)
@@ -351,15 +362,18 @@ class BackendConformance:
             opt.zero_grad()
             loss_and_grads(backend, model, x, y)
             opt.step()
-            grads = reference.mlp_gradients(spec, {k: v.astype(np.float32) for k, v in ref.items()}, x, y)
+            grads = reference.mlp_gradients(
+                spec, {k: v.astype(np.float32) for k, v in ref.items()}, x, y
+            )
             step = numpy_step(config, ref, grads, slots, step)
         got = backend.get_params(model)
         for k in ref:
             np.testing.assert_allclose(got[k], ref[k], rtol=1e-4, atol=2e-5, err_msg=k)
         for k, st in opt.get_slots().items():
             for slot, value in st.items():
-                np.testing.assert_allclose(value, slots[k][slot], rtol=1e-4, atol=2e-5,
-                                           err_msg=f"{k}.{slot}")
+                np.testing.assert_allclose(
+                    value, slots[k][slot], rtol=1e-4, atol=2e-5, err_msg=f"{k}.{slot}"
+                )
 
     @pytest.mark.parametrize("name", ["momentum", "adam", "adagrad"])
     def test_optimizer_state_round_trip(self, backend: Backend, name: str) -> None:
@@ -403,7 +417,9 @@ class BackendConformance:
             opt.zero_grad()
             loss_and_grads(backend, model, x, y)
             opt.step()
-            grads = reference.mlp_gradients(spec, {k: v.astype(np.float32) for k, v in ref.items()}, x, y)
+            grads = reference.mlp_gradients(
+                spec, {k: v.astype(np.float32) for k, v in ref.items()}, x, y
+            )
             step = numpy_step(config, ref, grads, slots, step, lr=lr)
         got = backend.get_params(model)
         for k in ref:

@@ -47,7 +47,9 @@ def test_lenet_steps_match_native_torch_loop() -> None:
     backend = get_backend("torch")
     model = backend.build_model(spec)
     backend.set_params(model, params)
-    runner = StepRunner(backend, model, backend.make_optimizer(model, OptimizerConfig("momentum", lr=0.05)))
+    runner = StepRunner(
+        backend, model, backend.make_optimizer(model, OptimizerConfig("momentum", lr=0.05))
+    )
     losses = [runner.train_step(x, y).loss_sum / len(x) for x, y in batches]
 
     np.testing.assert_allclose(losses, native_losses, rtol=0, atol=1e-5)

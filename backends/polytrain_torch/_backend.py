@@ -201,8 +201,13 @@ class TorchBackend(Backend):
         replicas = [native.to(devices[0])]
         replicas += [copy.deepcopy(native).to(d) for d in devices[1:]]
         names = [n for n, _ in native.named_parameters()]
-        return Model(native=native, devices=devices, replicas=replicas, spec=spec,
-                     private={"names": names, "training": [None] * len(devices)})
+        return Model(
+            native=native,
+            devices=devices,
+            replicas=replicas,
+            spec=spec,
+            private={"names": names, "training": [None] * len(devices)},
+        )
 
     def _state(self, module: nn.Module) -> dict[str, torch.Tensor]:
         return {k: v for k, v in module.state_dict().items() if not k.endswith(_SKIP)}
@@ -264,7 +269,9 @@ class TorchBackend(Backend):
         grads = [p.grad for p in model.replicas[0].parameters() if p.grad is not None]
         if not grads:
             return 0.0
-        return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+        return float(
+            torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+        )
 
     def make_optimizer(self, model: Model, config: OptimizerConfig) -> Optimizer:
         return TorchOptimizer(model, config)
@@ -286,4 +293,3 @@ class TorchBackend(Backend):
         state = _strip_prefix(state)
         params = {k: v.numpy() for k, v in state.items() if not k.endswith(_SKIP)}
         self.set_params(model, params)
-

@@ -1,0 +1,258 @@
+"""The ``polytrain`` command line: backends, data, train, compare, convert, launch, env, doctor.
+
+Every sub-command is a small function; errors the user can fix print one clear line
+and exit with status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .errors import PolytrainError
+from .recipe import Recipe
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console()
+
+
+def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*("-" if v is None else str(v) for v in row))
+    return table
+
+
+# -- backends -------------------------------------------------------------------------------
+
+
+def cmd_backends(args: argparse.Namespace) -> int:
+    """List registered backends; import only the ones named on the command line."""
+    from .plugins import default_plugin_manager, get_backend, registered_backends
+
+    infos = registered_backends()
+    rows = []
+    report = []
+    for name, info in infos.items():
+        entry: dict[str, Any] = {
+            "name": name,
+            "framework": info.framework,
+            "version": info.version(),
+            "installed": info.available(),
+            "devices": None,
+        }
+        if name in args.names and info.available():
+            try:
+                backend = get_backend(name)
+                entry["devices"] = [backend.device_name(d) for d in backend.try_all_gpus()]
+                entry["importable"] = True
+            except PolytrainError as exc:
+                entry["importable"] = False
+                entry["error"] = str(exc)
+        report.append(entry)
+        devices = ",".join(entry["devices"]) if entry["devices"] else None
+        install = "yes" if entry["installed"] else f"no: {info.install_hint}"
+        rows.append(
+            [name, info.framework, entry["version"], install, devices or "(name it to probe)"]
+        )
+    for name, error in default_plugin_manager().broken.items():
+        rows.append([name, "?", None, f"broken plugin: {error}", None])
+        report.append({"name": name, "broken": error})
+    unknown = [n for n in args.names if n not in infos]
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _console().print(
+            _table(
+                "polytrain backends",
+                ["backend", "framework", "version", "installed", "devices"],
+                rows,
+            )
+        )
+    if unknown:
+        get_backend(unknown[0])  # raises the standard "Unknown backend" error
+    return 0
+
+
+# -- data -----------------------------------------------------------------------------------
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    """Where each dataset was found, or how to get it; optionally download."""
+    from .data import dataset_names, fetch_dataset, locate_dataset
+
+    names = args.names or dataset_names()
+    reports = []
+    for name in names:
+        if args.download:
+            report = fetch_dataset(name, args.data_dir)
+        else:
+            report = locate_dataset(name, args.data_dir)
+        reports.append(report)
+    if args.json:
+        print(json.dumps([r.as_dict() for r in reports], indent=2, default=str))
+    else:
+        for report in reports:
+            print(report.format())
+    return 0
+
+
+# -- train ----------------------------------------------------------------------------------
+
+
+def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of a recipe (shared by train and compare)."""
+    d = Recipe()
+    p.add_argument(
+        "--model",
+        default=d.model,
+        help="lenet, lenet-scratch, paddle-mnist, torch-dp-cnn, mlp, resnet18",
+    )
+    p.add_argument("--dataset", default=d.dataset, help="fashion-mnist or mnist")
+    p.add_argument("--epochs", type=int, default=d.epochs)
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="global batch size")
+    p.add_argument("--optimizer", default=d.optimizer, help="sgd, momentum, adagrad, adam")
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--momentum", type=float, default=d.momentum)
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--devices", default=d.devices, help="cpu, cpu:N (emulated), gpu, gpu:0,1")
+    p.add_argument("--accumulate", type=int, default=d.accumulate, help="micro-batches per step")
+    p.add_argument("--precision", default=d.precision, help="fp32, bf16, fp16")
+    p.add_argument(
+        "--train-samples", type=int, default=None, help="use the first N training samples"
+    )
+    p.add_argument("--test-samples", type=int, default=None, help="use the first N test samples")
+    p.add_argument("--max-steps", type=int, default=None, help="stop each epoch after N steps")
+    p.add_argument("--val-split", type=float, default=0.0, help="fraction held out for validation")
+    p.add_argument("--drop-last", action="store_true", help="drop the last smaller batch")
+    p.add_argument("--data-dir", default=None, help="directory with the dataset files")
+    p.add_argument("--threads", type=int, default=None, help="intra-op threads per process")
+
+
+def recipe_from_args(args: argparse.Namespace) -> Recipe:
+    return Recipe(
+        model=args.model,
+        dataset=args.dataset,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        optimizer=args.optimizer,
+        lr=args.lr,
+        momentum=args.momentum,
+        weight_decay=args.weight_decay,
+        seed=args.seed,
+        devices=args.devices,
+        accumulate=args.accumulate,
+        precision=args.precision,
+        train_samples=args.train_samples,
+        test_samples=args.test_samples,
+        max_steps=args.max_steps,
+        val_split=args.val_split,
+        drop_last=args.drop_last,
+        data_dir=args.data_dir,
+    )
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Train one recipe on one backend and print the summary."""
+    from .train import Trainer
+
+    recipe = recipe_from_args(args)
+    trainer = Trainer(
+        recipe,
+        args.backend,
+        out_dir=args.out,
+        progress=False if args.quiet else None,
+        threads=args.threads,
+    )
+    summary = trainer.fit()
+    if args.json:
+        print(json.dumps(summary.to_dict(), indent=2))
+        return 0
+    rows = [
+        [
+            e.epoch + 1,
+            f"{e.train_loss:.4f}",
+            f"{100 * e.train_accuracy:.2f}",
+            "-" if e.test_accuracy is None else f"{100 * e.test_accuracy:.2f}",
+            f"{e.seconds:.1f}",
+            f"{e.samples_per_second:.0f}",
+        ]
+        for e in summary.epochs
+    ]
+    title = (
+        f"{trainer.backend.name} {trainer.backend.version()}: {recipe.model} on {recipe.dataset}"
+    )
+    _console().print(
+        _table(
+            title,
+            ["epoch", "train loss", "train acc %", "test acc %", "seconds", "samples/s"],
+            rows,
+        )
+    )
+    return 0
+
+
+# -- parser ---------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="polytrain",
+        description="Write a training recipe once; run it on PyTorch, PaddlePaddle or MXNet.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("backends", help="list backends (import only the ones named)")
+    p.add_argument("names", nargs="*", help="backends to import and probe for devices")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_backends)
+
+    p = sub.add_parser("data", help="where each dataset is, or how to get it")
+    p.add_argument("names", nargs="*", help="datasets (default: all)")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--download", action="store_true", help="download missing files")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_data)
+
+    p = sub.add_parser("train", help="train a recipe on one backend")
+    p.add_argument(
+        "--backend",
+        default=None,
+        help="torch, paddle, mxnet (default: $POLYTRAIN_BACKEND or the only installed)",
+    )
+    add_recipe_arguments(p)
+    p.add_argument("--out", default=None, help="directory for metrics.jsonl and checkpoints")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_train)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except PolytrainError as exc:
+        print(f"polytrain {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"polytrain {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""Datasets: IDX files, the dataset registry, discovery, verified download, the loader.
+
+``load_dataset("fashion-mnist", "train")`` finds (or fetches) the files and
+returns an :class:`ArrayDataset`; :class:`BatchLoader` yields contract-9
+batches. Importing this package is cheap: numpy-backed names load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from .locate import (
+    DatasetReport,
+    SplitLocation,
+    fetch_dataset,
+    locate_dataset,
+    resolve_split,
+    user_cache_dir,
+)
+from .registry import (
+    DATASETS,
+    Checksums,
+    DatasetSpec,
+    FileSpec,
+    SplitSpec,
+    dataset_names,
+    get_dataset,
+)
+
+if TYPE_CHECKING:
+    from .download import download_file
+    from .idx import read_idx, write_idx
+    from .loader import ArrayDataset, BatchLoader, EpochIterator
+
+_LAZY = {
+    "ArrayDataset": "loader",
+    "BatchLoader": "loader",
+    "EpochIterator": "loader",
+    "read_idx": "idx",
+    "write_idx": "idx",
+    "download_file": "download",
+}
+
+__all__ = [
+    "DATASETS",
+    "ArrayDataset",
+    "BatchLoader",
+    "Checksums",
+    "DatasetReport",
+    "DatasetSpec",
+    "EpochIterator",
+    "FileSpec",
+    "SplitLocation",
+    "SplitSpec",
+    "dataset_names",
+    "download_file",
+    "fetch_dataset",
+    "get_dataset",
+    "load_dataset",
+    "locate_dataset",
+    "read_idx",
+    "resolve_split",
+    "user_cache_dir",
+    "write_idx",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module = importlib.import_module(f"{__name__}.{_LAZY[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def load_dataset(
+    name: str | DatasetSpec,
+    split: str,
+    data_dir: str | os.PathLike[str] | None = None,
+    download: bool = True,
+    verify: bool = False,
+    *,
+    timeout: float = 60.0,
+    env: Mapping[str, str] | None = None,
+    system_dirs: Iterable[str | os.PathLike[str]] | None = None,
+) -> ArrayDataset:
+    """Find (or download) one split of a dataset and load it into memory.
+
+    ``verify`` checks each file's md5 (of its content, or of the .gz) even when
+    it was not just downloaded. Raises ConfigError for an unknown dataset or
+    split, DataError for missing, corrupt or mismatched files.
+    """
+    from .idx import parse_idx, read_payload
+    from .loader import ArrayDataset
+
+    spec = get_dataset(name)
+    files = spec.split(split)
+    where = resolve_split(
+        spec, split, data_dir, download=download, timeout=timeout, env=env, system_dirs=system_dirs
+    )
+    assert where.images is not None and where.labels is not None
+    arrays = []
+    for path, file in ((where.images, files.images), (where.labels, files.labels)):
+        raw, content = read_payload(path)
+        if verify:
+            fix = (
+                f"Delete it and run `polytrain data --download {spec.name}`, or replace it "
+                f"with the canonical {file.filename}."
+            )
+            file.checks.verify(path, raw, content, fix=fix)
+        arrays.append(parse_idx(content, path))
+    images, labels = arrays
+    source = f"{spec.name} {split}: images {where.images}, labels {where.labels}"
+    if images.ndim != 3 or tuple(images.shape[1:]) != spec.image_shape:
+        raise _shape_error(where.images, images.shape, spec)
+    return ArrayDataset(images, labels, classes=spec.classes, source=source)
+
+
+def _shape_error(path: object, shape: tuple[int, ...], spec: DatasetSpec) -> Exception:
+    from ..errors import DataError
+
+    h, w = spec.image_shape
+    return DataError(
+        f"{path}: images have shape {shape}, expected [N, {h}, {w}] for {spec.name}. "
+        "The file belongs to another dataset: use the matching images file."
+    )
