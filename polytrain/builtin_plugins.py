@@ -16,10 +16,12 @@ from .records import EpochRecord, RunInfo, StepRecord, Summary
 
 
 class ProgressBar:
-    """A tqdm bar per epoch on stderr, with the running loss; rank 0 only."""
+    """Run header and one line per epoch on stderr; a tqdm bar per epoch when stderr is a
+    terminal (or ``bar=True``). Rank 0 only; ``enabled=False`` silences it."""
 
-    def __init__(self, enabled: bool | None = None) -> None:
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+    def __init__(self, enabled: bool | None = None, bar: bool | None = None) -> None:
+        self.enabled = True if enabled is None else enabled
+        self.bar = sys.stderr.isatty() if bar is None else bar
         self._bar: Any = None
         self._loss = 0.0
         self._n = 0
@@ -39,7 +41,7 @@ class ProgressBar:
 
     @hookimpl
     def polytrain_step_end(self, run: RunInfo, step: StepRecord) -> None:
-        if not (self.enabled and run.is_main):
+        if not (self.enabled and self.bar and run.is_main):
             return
         if self._bar is None:
             from tqdm import tqdm

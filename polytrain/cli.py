@@ -21,7 +21,10 @@ Command = Callable[[argparse.Namespace], int]
 def _console() -> Any:
     from rich.console import Console
 
-    return Console()
+    console = Console()
+    if not console.is_terminal:  # logs and pipes: do not squeeze tables into 80 columns
+        console = Console(width=160)
+    return console
 
 
 def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Any:
@@ -140,6 +143,7 @@ def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drop-last", action="store_true", help="drop the last smaller batch")
     p.add_argument("--data-dir", default=None, help="directory with the dataset files")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads per process")
+    p.add_argument("--grad-norm", action="store_true", help="record the gradient norm per step")
 
 
 def recipe_from_args(args: argparse.Namespace) -> Recipe:
@@ -162,6 +166,7 @@ def recipe_from_args(args: argparse.Namespace) -> Recipe:
         val_split=args.val_split,
         drop_last=args.drop_last,
         data_dir=args.data_dir,
+        grad_norm=args.grad_norm,
     )
 
 
@@ -205,6 +210,38 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- compare --------------------------------------------------------------------------------
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Run one recipe on several backends and report the differences."""
+    from .compare import Tolerances, compare
+    from .plugins import installed_backends
+    from .report import pairs_table, table
+
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()] if args.backends else (
+        installed_backends()
+    )
+    tol = Tolerances(args.tol_loss, args.parity_steps, args.tol_acc)
+    result = compare(
+        backends, recipe_from_args(args), args.out, tolerances=tol, threads=args.threads,
+        reference=args.reference, quiet=args.quiet,
+    )
+    console = _console()
+    console.print(table(result))
+    console.print(pairs_table(result))
+    console.print(f"wrote {args.out}/comparison.json and {args.out}/comparison.png")
+    if result.failures:
+        for failure in result.failures:
+            console.print(f"[red]FAIL[/red] {failure}")
+        return 1
+    console.print(
+        f"[green]OK[/green]: every pair within {tol.step_loss:.0e} per step over the first "
+        f"{tol.parity_steps} steps and {tol.test_accuracy_points} points of test accuracy."
+    )
+    return 0
+
+
 # -- parser ---------------------------------------------------------------------------------
 
 
@@ -238,6 +275,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("compare", help="run one recipe on several backends and compare")
+    p.add_argument("--backends", default=None, help="comma-separated (default: all installed)")
+    add_recipe_arguments(p)
+    p.add_argument("--out", default="runs/compare", help="directory for runs and the report")
+    p.add_argument("--reference", default=None, help="backend the others are measured against")
+    p.add_argument("--tol-loss", type=float, default=1e-4, help="max per-step loss difference")
+    p.add_argument("--parity-steps", type=int, default=200, help="steps the loss is compared over")
+    p.add_argument("--tol-acc", type=float, default=0.2, help="max test-accuracy difference (points)")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=cmd_compare)
     return parser
 
 

@@ -80,6 +80,7 @@ class Summary:
     checkpoint: str | None = None
     final_step: int = 0
     stop_reason: str = "completed"
+    peak_rss_mb: float | None = None
 
     @property
     def final(self) -> EpochRecord | None:

@@ -7,6 +7,7 @@ training-event hooks (progress bar, JSON-lines metrics, user plugins) and return
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -140,6 +141,7 @@ class Trainer:
                 epochs=list(self.history),
                 seconds=time.perf_counter() - start,
                 final_step=self.global_step,
+                peak_rss_mb=peak_rss_mb(),
             )
             hook.polytrain_train_end(run=run, summary=summary)
         return summary
@@ -210,6 +212,16 @@ class Trainer:
             correct += c
             total += n
         return correct / total if total else float("nan")
+
+
+def peak_rss_mb() -> float | None:
+    """Peak resident memory of this process in MiB (Linux/macOS), else None."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1024 if sys.platform != "darwin" else peak / 2**20
 
 
 def train(

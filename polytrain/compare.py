@@ -1,0 +1,254 @@
+"""The parity harness: one recipe on several backends, compared step by step.
+
+Each backend trains in its own subprocess (``python -m polytrain train``: clean timing,
+no thread pools fighting), from the same numpy initial weights and the same sample
+order. The harness reads each run's metrics file and reports the largest difference
+between every pair of backends, per step and at the end, against stated tolerances.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .builtin_plugins import read_metrics
+from .errors import ConfigError, PolytrainError
+from .recipe import Recipe
+from .train import METRICS_FILE
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """What "the same numbers" means for a comparison."""
+
+    step_loss: float = 1e-4
+    parity_steps: int = 200
+    test_accuracy_points: float = 0.2
+
+
+@dataclass
+class BackendRun:
+    """What one backend's run produced."""
+
+    backend: str
+    framework_version: str
+    devices: list[str]
+    threads: dict[str, Any]
+    step_losses: list[float]
+    grad_norms: list[float | None]
+    epochs: list[dict[str, Any]]
+    seconds: float
+    peak_rss_mb: float | None
+    returncode: int = 0
+
+    @property
+    def final(self) -> dict[str, Any]:
+        return self.epochs[-1] if self.epochs else {}
+
+    @property
+    def samples_per_second(self) -> float:
+        rates = [e["samples_per_second"] for e in self.epochs]
+        return float(np.median(rates)) if rates else 0.0
+
+    @property
+    def seconds_per_epoch(self) -> float:
+        return float(np.mean([e["seconds"] for e in self.epochs])) if self.epochs else 0.0
+
+
+@dataclass
+class PairDiff:
+    """The largest differences between two backends."""
+
+    a: str
+    b: str
+    max_step_loss_diff: float
+    max_step_loss_diff_at: int
+    steps_compared: int
+    test_accuracy_diff_points: float | None
+    final_train_loss_diff: float | None
+    per_step: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Comparison:
+    recipe: dict[str, Any]
+    tolerances: Tolerances
+    reference: str
+    runs: list[BackendRun]
+    pairs: list[PairDiff]
+    failures: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def to_dict(self) -> dict[str, Any]:
+        runs = []
+        for r in self.runs:
+            d = asdict(r)
+            d["samples_per_second"] = r.samples_per_second
+            d["seconds_per_epoch"] = r.seconds_per_epoch
+            runs.append(d)
+        return {
+            "recipe": self.recipe,
+            "tolerances": asdict(self.tolerances),
+            "reference": self.reference,
+            "runs": runs,
+            "pairs": [asdict(p) for p in self.pairs],
+            "failures": self.failures,
+            "ok": self.ok,
+        }
+
+
+def train_command(backend: str, recipe: Recipe, out_dir: Path, threads: int | None) -> list[str]:
+    """The ``python -m polytrain train`` command line of one backend's run."""
+    cmd = [sys.executable, "-m", "polytrain", "train", "--backend", backend, "--out", str(out_dir)]
+    defaults = Recipe()
+    for key, value in recipe.to_dict().items():
+        if value == getattr(defaults, key) or value is None or key == "per_layer_weight_decay":
+            continue
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            cmd.append(flag)
+        else:
+            cmd += [flag, str(value)]
+    cmd.append("--grad-norm")
+    if threads is not None:
+        cmd += ["--threads", str(threads)]
+    return cmd
+
+
+def run_backend(
+    backend: str, recipe: Recipe, out_dir: Path, *, threads: int | None = None, quiet: bool = False
+) -> BackendRun:
+    """Train ``recipe`` on ``backend`` in a subprocess; read its metrics."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    metrics = out_dir / METRICS_FILE
+    if metrics.exists():
+        metrics.unlink()
+    cmd = train_command(backend, recipe, out_dir, threads)
+    if quiet:
+        cmd.append("--quiet")
+    env = dict(os.environ)
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=False)
+    if not metrics.exists():
+        raise PolytrainError(
+            f"The {backend} run wrote no metrics (exit code {proc.returncode}); "
+            f"run it alone to see why: {' '.join(cmd)}"
+        )
+    return parse_run(backend, read_metrics(metrics), proc.returncode)
+
+
+def parse_run(backend: str, records: list[dict[str, Any]], returncode: int = 0) -> BackendRun:
+    """A :class:`BackendRun` from the records of a metrics file."""
+    start = next((r for r in records if r["event"] == "start"), None)
+    end = next((r for r in records if r["event"] == "end"), {})
+    if start is None:
+        raise PolytrainError(f"The {backend} metrics file has no start record.")
+    steps = [r for r in records if r["event"] == "step"]
+    return BackendRun(
+        backend=backend,
+        framework_version=start["framework_version"],
+        devices=start["devices"],
+        threads=start["threads"],
+        step_losses=[s["loss"] for s in steps],
+        grad_norms=[s.get("grad_norm") for s in steps],
+        epochs=[r for r in records if r["event"] == "epoch"],
+        seconds=float(end.get("seconds", 0.0)),
+        peak_rss_mb=end.get("peak_rss_mb"),
+        returncode=returncode,
+    )
+
+
+def diff_pair(a: BackendRun, b: BackendRun, tol: Tolerances) -> PairDiff:
+    n = min(len(a.step_losses), len(b.step_losses), tol.parity_steps)
+    per_step = np.abs(np.subtract(a.step_losses[:n], b.step_losses[:n])).tolist() if n else []
+    worst = int(np.argmax(per_step)) if per_step else -1
+    acc = None
+    if a.final.get("test_accuracy") is not None and b.final.get("test_accuracy") is not None:
+        acc = 100 * abs(a.final["test_accuracy"] - b.final["test_accuracy"])
+    loss = None
+    if a.final and b.final:
+        loss = abs(a.final["train_loss"] - b.final["train_loss"])
+    return PairDiff(
+        a=a.backend,
+        b=b.backend,
+        max_step_loss_diff=max(per_step) if per_step else 0.0,
+        max_step_loss_diff_at=worst + 1,
+        steps_compared=n,
+        test_accuracy_diff_points=acc,
+        final_train_loss_diff=loss,
+        per_step=per_step,
+    )
+
+
+def compare_runs(
+    runs: list[BackendRun], recipe: Recipe, tol: Tolerances, reference: str | None = None
+) -> Comparison:
+    """Every pair's differences, and which tolerances they break."""
+    reference = reference or runs[0].backend
+    pairs = [diff_pair(a, b, tol) for a, b in itertools.combinations(runs, 2)]
+    failures = []
+    for run in runs:
+        if run.returncode != 0:
+            failures.append(f"{run.backend} exited with code {run.returncode}")
+    for p in pairs:
+        if p.max_step_loss_diff > tol.step_loss:
+            failures.append(
+                f"{p.a} vs {p.b}: per-step loss differs by {p.max_step_loss_diff:.2e} at step "
+                f"{p.max_step_loss_diff_at} (tolerance {tol.step_loss:.0e})"
+            )
+        acc = p.test_accuracy_diff_points
+        if acc is not None and acc > tol.test_accuracy_points + 1e-9:
+            failures.append(
+                f"{p.a} vs {p.b}: final test accuracy differs by {acc:.2f} points "
+                f"(tolerance {tol.test_accuracy_points})"
+            )
+    return Comparison(recipe.to_dict(), tol, reference, runs, pairs, failures)
+
+
+def compare(
+    backends: list[str],
+    recipe: Recipe,
+    out_dir: str | Path,
+    *,
+    tolerances: Tolerances | None = None,
+    threads: int | None = None,
+    reference: str | None = None,
+    quiet: bool = False,
+) -> Comparison:
+    """Run ``recipe`` on each backend (one subprocess each, one after another) and
+    compare; writes ``comparison.json`` and ``comparison.png`` into ``out_dir``."""
+    from .report import write_json, write_plot
+
+    if len(backends) < 1:
+        raise ConfigError("Name at least one backend to compare, e.g. --backends torch,paddle.")
+    if len(set(backends)) != len(backends):
+        raise ConfigError(f"A backend is listed twice: {', '.join(backends)}.")
+    if reference is not None and reference not in backends:
+        raise ConfigError(f"--reference {reference!r} is not among --backends {backends}.")
+    out = Path(out_dir)
+    runs = []
+    for name in backends:
+        if not quiet:
+            print(f"== {name} ==", file=sys.stderr, flush=True)
+        runs.append(run_backend(name, recipe, out / name, threads=threads, quiet=quiet))
+    result = compare_runs(runs, recipe, tolerances or Tolerances(), reference)
+    write_json(result, out / "comparison.json")
+    write_plot(result, out / "comparison.png")
+    return result
+
+
+def load_comparison(path: str | Path) -> dict[str, Any]:
+    """A comparison.json as a dict."""
+    with open(path, encoding="utf-8") as fh:
+        data: dict[str, Any] = json.load(fh)
+    return data
