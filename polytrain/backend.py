@@ -242,13 +242,26 @@ class Backend(ABC):
 
     # -- processes ------------------------------------------------------------------------
 
-    def init_distributed(self, info: Any, timeout: float = 120.0) -> None:
-        """Join the process group described by a :class:`polytrain.cluster.ClusterInfo`."""
+    def init_distributed(
+        self, info: Any, devices: Sequence[Device], timeout: float = 120.0
+    ) -> None:
+        """Join the process group of a :class:`polytrain.cluster.ClusterInfo` through the
+        framework's own engine; afterwards :attr:`rank` and :attr:`world_size` are set and
+        :meth:`allreduce`/:meth:`broadcast` span every process. ``timeout`` bounds the
+        rendezvous and every collective, so a dead peer cannot hang the others."""
         if getattr(info, "world_size", 1) > 1:
-            raise BackendError(f"Backend {self.name!r} does not support several processes yet.")
+            raise BackendError(f"Backend {self.name!r} does not support several processes.")
 
     def shutdown_distributed(self) -> None:  # noqa: B027 - optional, identity default
         """Leave the process group (so that no rank aborts at exit)."""
+
+    def allreduce_numbers(self, values: Sequence[float]) -> list[float]:
+        """Sum host numbers over every process (float64 on the host; identity alone)."""
+        if self.world_size == 1:
+            return [float(v) for v in values]
+        tensor = self.to_tensor(np.asarray(values, dtype=np.float64), self.device("cpu"))
+        self.allreduce([tensor], "sum")
+        return [float(v) for v in self.to_numpy(tensor)]
 
     @contextlib.contextmanager
     def autocast(self, precision: str) -> Iterator[None]:

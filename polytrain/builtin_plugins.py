@@ -35,7 +35,7 @@ class ProgressBar:
                 f"{run.model} on {run.dataset} | "
                 f"devices {','.join(run.devices)} x {run.world_size} process(es) | "
                 f"global batch {run.global_batch} ({run.per_device_batch}/device) | "
-                f"threads {threads}",
+                f"{lr_policy(run.recipe)} | threads {threads}",
                 file=sys.stderr,
             )
 
@@ -81,6 +81,17 @@ class ProgressBar:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+def lr_policy(recipe: dict[str, Any]) -> str:
+    """The learning-rate policy in words, for the run header."""
+    name = recipe.get("optimizer", "?")
+    text = f"{name} lr {recipe.get('lr')} constant"
+    if name == "momentum":
+        text += f", momentum {recipe.get('momentum')}"
+    if recipe.get("weight_decay"):
+        text += f", weight decay {recipe['weight_decay']}"
+    return text
 
 
 class JsonlLogger:

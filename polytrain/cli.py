@@ -183,6 +183,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         threads=args.threads,
     )
     summary = trainer.fit()
+    if trainer.backend.rank != 0:  # rank 0 reports for the job
+        return 0
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2))
         return 0
@@ -219,13 +221,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from .plugins import installed_backends
     from .report import pairs_table, table
 
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()] if args.backends else (
-        installed_backends()
+    backends = (
+        [b.strip() for b in args.backends.split(",") if b.strip()]
+        if args.backends
+        else (installed_backends())
     )
     tol = Tolerances(args.tol_loss, args.parity_steps, args.tol_acc)
     result = compare(
-        backends, recipe_from_args(args), args.out, tolerances=tol, threads=args.threads,
-        reference=args.reference, quiet=args.quiet,
+        backends,
+        recipe_from_args(args),
+        args.out,
+        tolerances=tol,
+        threads=args.threads,
+        reference=args.reference,
+        quiet=args.quiet,
     )
     console = _console()
     console.print(table(result))
@@ -239,6 +248,49 @@ def cmd_compare(args: argparse.Namespace) -> int:
         f"[green]OK[/green]: every pair within {tol.step_loss:.0e} per step over the first "
         f"{tol.parity_steps} steps and {tol.test_accuracy_points} points of test accuracy."
     )
+    return 0
+
+
+# -- launch and env -------------------------------------------------------------------------
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    """Run a command on several processes through the backend's own engine."""
+    from .launch import LaunchSpec, launch
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    spec = LaunchSpec(
+        backend=args.backend,
+        command=command,
+        nproc_per_node=args.nproc_per_node,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        master=args.master,
+        log_dir=args.log_dir,
+        num_servers=args.num_servers,
+        host=args.host,
+    )
+    return launch(spec)
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    """Which process this is, as the launcher's environment says."""
+    from .cluster import explain, resolve
+
+    info = resolve()
+    if args.json:
+        from dataclasses import asdict
+
+        print(json.dumps(asdict(info), indent=2))
+    elif args.explain:
+        print(explain(info))
+    else:
+        print(
+            f"rank {info.rank} of {info.world_size} (local {info.local_rank} of "
+            f"{info.local_world_size}), source {info.source}"
+        )
     return 0
 
 
@@ -283,9 +335,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", default=None, help="backend the others are measured against")
     p.add_argument("--tol-loss", type=float, default=1e-4, help="max per-step loss difference")
     p.add_argument("--parity-steps", type=int, default=200, help="steps the loss is compared over")
-    p.add_argument("--tol-acc", type=float, default=0.2, help="max test-accuracy difference (points)")
+    p.add_argument(
+        "--tol-acc", type=float, default=0.2, help="max test-accuracy difference (points)"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser(
+        "launch",
+        help="run a command on several processes/machines through the backend's own engine",
+        description="Example: polytrain launch --backend torch --nproc-per-node 2 --log-dir logs "
+        "-- polytrain train --backend torch --epochs 1",
+    )
+    p.add_argument("--backend", required=True, help="torch, paddle or mxnet")
+    p.add_argument("--nproc-per-node", type=int, default=1)
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--master", default="127.0.0.1:29500", help="HOST:PORT of node 0")
+    p.add_argument("--log-dir", default=None, help="worker output in LOG_DIR/workerlog.N")
+    p.add_argument("--num-servers", type=int, default=1, help="MXNet: servers per node")
+    p.add_argument("--host", default=None, help="MXNet: this node's address")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    p.set_defaults(func=cmd_launch)
+
+    p = sub.add_parser("env", help="rank, world size and master as this process sees them")
+    p.add_argument("--explain", action="store_true", help="which source won and why")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_env)
     return parser
 
 

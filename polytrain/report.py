@@ -93,23 +93,34 @@ def write_plot(result: Comparison, path: Path) -> None:
     for i, run in enumerate(result.runs):
         c = colors[i % len(colors)]
         steps = np.arange(1, len(run.step_losses) + 1)
-        ax_loss.plot(steps, run.step_losses, color=c, lw=1.2, alpha=0.8,
-                     ls="-" if i == 0 else "--", label=f"{run.backend} {run.framework_version}")
+        ax_loss.plot(
+            steps,
+            run.step_losses,
+            color=c,
+            lw=1.2,
+            alpha=0.8,
+            ls="-" if i == 0 else "--",
+            label=f"{run.backend} {run.framework_version}",
+        )
         if run is not ref:
             n = min(len(run.step_losses), len(ref.step_losses))
             diff = np.abs(np.subtract(run.step_losses[:n], ref.step_losses[:n]))
             ax_dev.semilogy(steps[:n], np.maximum(diff, 1e-12), color=c, lw=1, label=run.backend)
         epochs = [e["epoch"] + 1 for e in run.epochs]
         accs = [100 * (e["test_accuracy"] or 0) for e in run.epochs]
-        ax_acc.plot(epochs, accs, marker="o", color=c, ls="-" if i == 0 else "--",
-                    label=run.backend)
+        ax_acc.plot(
+            epochs, accs, marker="o", color=c, ls="-" if i == 0 else "--", label=run.backend
+        )
     ax_loss.set(title="training loss per step", xlabel="step", ylabel="mean cross-entropy")
     ax_loss.legend()
     tol = result.tolerances
     ax_dev.axhline(tol.step_loss, color="red", ls=":", label=f"tolerance {tol.step_loss:.0e}")
     ax_dev.axvline(tol.parity_steps, color="grey", ls=":", lw=0.8)
-    ax_dev.set(title=f"|loss - {result.reference} loss| per step", xlabel="step",
-               ylabel="absolute difference")
+    ax_dev.set(
+        title=f"|loss - {result.reference} loss| per step",
+        xlabel="step",
+        ylabel="absolute difference",
+    )
     ax_dev.legend()
     ax_acc.set(title="test accuracy", xlabel="epoch", ylabel="%")
     ax_acc.legend()
@@ -119,8 +130,9 @@ def write_plot(result: Comparison, path: Path) -> None:
     ax_speed.bar_label(bars, fmt="%.0f")
     ax_speed.set(title="training throughput (median over epochs)", ylabel="samples/s")
     verdict = "within tolerances" if result.ok else "TOLERANCE BROKEN"
-    fig.suptitle(f"polytrain compare: {result.recipe['model']} on {result.recipe['dataset']} "
-                 f"({verdict})")
+    fig.suptitle(
+        f"polytrain compare: {result.recipe['model']} on {result.recipe['dataset']} ({verdict})"
+    )
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")

@@ -31,3 +31,11 @@ def shard_bounds(n: int, parts: int, *, what: str = "devices") -> list[tuple[int
         bounds.append((start, start + size))
         start += size
     return bounds
+
+
+def share_bounds(n: int, parts: int, index: int) -> tuple[int, int]:
+    """``(start, stop)`` of share ``index`` of ``n`` items over ``parts`` holders by the same
+    rule, where a share may be empty (evaluation: 3 test samples over 4 processes)."""
+    base, extra = divmod(n, parts)
+    start = index * base + min(index, extra)
+    return start, start + base + (1 if index < extra else 0)

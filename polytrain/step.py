@@ -21,7 +21,7 @@ from .sharding import shard_bounds
 
 @dataclass
 class StepResult:
-    """Sums over this process's samples of one step (floats, already on the host)."""
+    """Sums over the global batch of one step (all processes), on the host."""
 
     loss_sum: float
     correct: int
@@ -72,6 +72,9 @@ class StepRunner:
         self.optimizer.step()
         loss_sum = sum(float(b.to_numpy(v)) for v in losses)
         correct = sum(int(b.to_numpy(c)) for c in corrects)
+        if b.world_size > 1:  # report the global batch, as one process would
+            loss_sum, total_correct, total = b.allreduce_numbers([loss_sum, correct, len(x)])
+            return StepResult(loss_sum, round(total_correct), round(total))
         return StepResult(loss_sum, correct, len(x))
 
     def eval_batch(self, x: np.ndarray, y: np.ndarray) -> tuple[int, int]:

@@ -18,13 +18,17 @@ import numpy as np
 
 from .backend import Backend, BackendOptions
 from .builtin_plugins import JsonlLogger, ProgressBar
+from .cluster import ClusterInfo
+from .cluster import resolve as resolve_cluster
 from .data import ArrayDataset, BatchLoader, load_dataset
 from .errors import NonFiniteLossError
 from .models import ModelSpec, get_model_spec
 from .plugins import get_backend, make_plugin_manager
 from .recipe import Recipe
 from .records import EpochRecord, RunInfo, StepRecord, Summary
+from .sharding import share_bounds
 from .step import StepRunner
+from .threads import resolve_threads
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -63,15 +67,19 @@ class Trainer:
         progress: bool | None = None,
         datasets: Datasets | None = None,
         threads: int | None = None,
+        cluster_info: ClusterInfo | None = None,
+        timeout: float = 120.0,
     ) -> None:
         self.recipe = recipe
+        self.cluster = cluster_info or resolve_cluster()
         if not isinstance(backend, Backend):
+            threads = resolve_threads(threads, self.cluster.local_world_size)
             backend = get_backend(backend, options=BackendOptions(threads=threads))
         self.backend = backend
         self.out_dir = Path(out_dir) if out_dir else None
         self.spec: ModelSpec = get_model_spec(recipe.model)
         self.data = datasets or load_datasets(recipe)
-        self.pm = make_plugin_manager()
+        self.pm = make_plugin_manager()  # hooks run on every rank; plugins check run.is_main
         self.pm.register(ProgressBar(progress), name="polytrain.progress")
         if self.out_dir is not None:
             self.pm.register(JsonlLogger(self.out_dir / METRICS_FILE), name="polytrain.metrics")
@@ -80,6 +88,8 @@ class Trainer:
 
         b = self.backend
         self.devices = b.devices(recipe.devices)
+        if self.cluster.is_distributed:
+            b.init_distributed(self.cluster, self.devices, timeout)
         self.model = b.build_model(self.spec, self.devices)
         b.set_params(self.model, self.spec.init_params(recipe.seed))
         b.seed(recipe.seed)
@@ -126,6 +136,12 @@ class Trainer:
 
     def fit(self) -> Summary:
         """Train the remaining epochs of the recipe; evaluate after each."""
+        try:
+            return self._fit()
+        finally:
+            self.backend.shutdown_distributed()
+
+    def _fit(self) -> Summary:
         run = self.run_info()
         hook = self.pm.hook
         hook.polytrain_train_start(run=run)
@@ -193,25 +209,25 @@ class Trainer:
             test_accuracy=test_acc,
             val_accuracy=val_acc,
             seconds=seconds,
-            samples_per_second=seen * self.backend.world_size / seconds if seconds else 0.0,
+            samples_per_second=seen / seconds if seconds else 0.0,
             steps=steps,
         )
 
     def evaluate(self, dataset: ArrayDataset, batch_size: int = 1000) -> float:
-        """Accuracy over every sample of ``dataset`` (no padding, no duplicates)."""
-        loader = BatchLoader(
-            dataset,
-            batch_size,
-            shuffle=False,
-            rank=self.backend.rank,
-            world_size=self.backend.world_size,
-        )
+        """Accuracy over every sample of ``dataset``: each process takes a contiguous
+        share, correct counts and sample counts are summed (no padding, no duplicates)."""
+        b = self.backend
+        n = len(dataset)
+        lo, hi = share_bounds(n, b.world_size, b.rank)
+        x, y = dataset.x, dataset.y
         correct = total = 0
-        for x, y in loader.epoch(0):
-            c, n = self.runner.eval_batch(x, y)
+        for start in range(lo, hi, batch_size):
+            stop = min(start + batch_size, hi)
+            c, m = self.runner.eval_batch(x[start:stop], y[start:stop])
             correct += c
-            total += n
-        return correct / total if total else float("nan")
+            total += m
+        all_correct, all_total = b.allreduce_numbers([correct, total])
+        return all_correct / all_total if all_total else float("nan")
 
 
 def peak_rss_mb() -> float | None:

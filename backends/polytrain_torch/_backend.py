@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from polytrain.backend import Backend, Device, Model, Tensor, check_params
-from polytrain.errors import BackendError, CheckpointError
+from polytrain.errors import BackendError, CheckpointError, ClusterError
 from polytrain.fileio import atomic_path
 from polytrain.models import (
     AvgPool2d,
@@ -275,6 +275,43 @@ class TorchBackend(Backend):
 
     def make_optimizer(self, model: Model, config: OptimizerConfig) -> Optimizer:
         return TorchOptimizer(model, config)
+
+    # -- processes ------------------------------------------------------------------------
+
+    def init_distributed(self, info: Any, devices: Sequence[Device], timeout: float = 120.0) -> None:
+        import datetime
+
+        import torch.distributed as dist
+
+        if info.world_size == 1:
+            return
+        if info.master_addr is None or info.master_port is None:
+            raise BackendError("torch.distributed needs a master address and port (MASTER_ADDR/PORT).")
+        engine = "nccl" if all(torch.device(d).type == "cuda" for d in devices) else "gloo"
+        try:
+            dist.init_process_group(
+                engine,
+                init_method=f"tcp://{info.master_addr}:{info.master_port}",
+                rank=info.rank,
+                world_size=info.world_size,
+                timeout=datetime.timedelta(seconds=timeout),
+            )
+        except Exception as exc:  # rendezvous errors come as RuntimeError/DistNetworkError
+            raise ClusterError(
+                f"torch.distributed ({engine}) could not join rank {info.rank} of "
+                f"{info.world_size} at {info.master_addr}:{info.master_port} within {timeout:.0f} s: "
+                f"{exc}. Check that the master is reachable, the port is free on the master, "
+                "and every process was started with the same world size."
+            ) from exc
+        self.rank, self.world_size = info.rank, info.world_size
+
+    def shutdown_distributed(self) -> None:
+        import torch.distributed as dist
+
+        # gloo ranks may abort at exit unless the group is destroyed first (DESIGN.md traps)
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+        self.rank, self.world_size = 0, 1
 
     # -- native files ---------------------------------------------------------------------
 
