@@ -181,6 +181,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         out_dir=args.out,
         progress=False if args.quiet else None,
         threads=args.threads,
+        timeout=args.timeout,
     )
     summary = trainer.fit()
     if trainer.backend.rank != 0:  # rank 0 reports for the job
@@ -326,6 +327,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="directory for metrics.jsonl and checkpoints")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds for the rendezvous and for any step of a multi-process run",
+    )
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("compare", help="run one recipe on several backends and compare")

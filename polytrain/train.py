@@ -29,6 +29,7 @@ from .records import EpochRecord, RunInfo, StepRecord, Summary
 from .sharding import share_bounds
 from .step import StepRunner
 from .threads import resolve_threads
+from .watchdog import Watchdog
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -88,6 +89,8 @@ class Trainer:
 
         b = self.backend
         self.devices = b.devices(recipe.devices)
+        self.timeout = timeout
+        self.watchdog: Watchdog | None = None
         if self.cluster.is_distributed:
             b.init_distributed(self.cluster, self.devices, timeout)
         self.model = b.build_model(self.spec, self.devices)
@@ -136,10 +139,18 @@ class Trainer:
 
     def fit(self) -> Summary:
         """Train the remaining epochs of the recipe; evaluate after each."""
+        if self.backend.world_size > 1:
+            self.watchdog = Watchdog(self.timeout).start()
         try:
             return self._fit()
         finally:
+            if self.watchdog is not None:
+                self.watchdog.stop()
             self.backend.shutdown_distributed()
+
+    def _progress(self, where: str) -> None:
+        if self.watchdog is not None:
+            self.watchdog.feed(where)
 
     def _fit(self) -> Summary:
         run = self.run_info()
@@ -180,6 +191,7 @@ class Trainer:
                         f"The loss became {loss} at epoch {self.epoch + 1}, step {step + 1} "
                         f"(global step {self.global_step + 1}). Lower --lr, or check the data."
                     )
+                self._progress(f"epoch {self.epoch + 1} step {step + 1}")
                 loss_sum += result.loss_sum
                 correct += result.correct
                 seen += result.samples
@@ -224,6 +236,7 @@ class Trainer:
         for start in range(lo, hi, batch_size):
             stop = min(start + batch_size, hi)
             c, m = self.runner.eval_batch(x[start:stop], y[start:stop])
+            self._progress(f"evaluation of epoch {self.epoch + 1}")
             correct += c
             total += m
         all_correct, all_total = b.allreduce_numbers([correct, total])
