@@ -1,0 +1,295 @@
+"""The PaddlePaddle backend: the torch backend's twin, method for method.
+
+Paddle differs from the canonical (PyTorch) conventions in a few places, each handled
+where it occurs: Linear weights are [in, out] and BatchNorm buffers are ``_mean`` /
+``_variance`` (renamed and transposed on get/set, :func:`canonical_layout`); BatchNorm
+statistics and AvgPool windows follow Paddle's rules unless built by ``_layers``; one
+CPU place per process means ``cpu:K`` devices are host replicas (:class:`HostDevice`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from polytrain import safe_pickle
+from polytrain.backend import Backend, Device, Model, Tensor, check_params
+from polytrain.errors import BackendError, CheckpointError
+from polytrain.fileio import atomic_path
+from polytrain.models import ModelSpec
+from polytrain.optim import Optimizer, OptimizerConfig
+
+# On import paddle warns "No ccache found" and prints that OMP_NUM_THREADS > 1 is unwise;
+# polytrain sets threads on purpose (polytrain.threads), so both are dropped here.
+with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()) as _stderr:
+    warnings.simplefilter("ignore", UserWarning)
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+from ._layers import build, canonical_layout  # these import paddle: after the quiet import
+from ._optim import PaddleOptimizer
+
+sys.stderr.writelines(s for s in _stderr.getvalue().splitlines(True) if "OMP_NUM" not in s)
+
+
+@dataclass(frozen=True)
+class HostDevice:
+    """``cpu`` or the emulated ``cpu:K``: Paddle has one CPU place per process, so K
+    only names a replica held in host memory."""
+
+    index: int | None = None
+
+
+def _unwrap(layer: nn.Layer) -> nn.Layer:
+    """The user's layer inside paddle.DataParallel (whose child is ``_layers``)."""
+    while isinstance(layer, paddle.DataParallel):
+        layer = layer._layers
+    return layer
+
+
+def _place(device: Device | None) -> Any:
+    return paddle.CPUPlace() if device is None or isinstance(device, HostDevice) else device
+
+
+def _moved(tensor: paddle.Tensor, place: Any) -> paddle.Tensor:
+    return tensor if tensor.place == place else tensor.to(place)
+
+
+class PaddleBackend(Backend):
+    name = "paddle"
+    framework = "paddle"
+    native_suffix = ".pdparams"
+
+    def __init__(self, options: Any = None) -> None:
+        super().__init__(options)
+        # Paddle has a thread setter but no getter: remember what was set.
+        self._threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
+
+    # -- identity, threads, seeds ---------------------------------------------------------
+
+    def version(self) -> str:
+        return str(paddle.__version__)
+
+    def threads(self) -> dict[str, int]:
+        return {"intra_op": self._threads}
+
+    def set_threads(self, n: int) -> None:
+        paddle.base.core.set_num_threads(n)
+        self._threads = n
+
+    def seed(self, seed: int) -> None:
+        paddle.seed(seed)
+
+    def synchronize(self) -> None:
+        if self.gpu_count():  # paddle.device.synchronize() raises on CPU
+            paddle.device.synchronize()
+
+    # -- devices --------------------------------------------------------------------------
+
+    def gpu_count(self) -> int:
+        return paddle.device.cuda.device_count() if paddle.is_compiled_with_cuda() else 0
+
+    def device(self, name: str) -> Device:
+        kind, _, index = name.partition(":")
+        if kind == "cpu":  # cpu:K is an emulated device: a replica in host memory
+            return HostDevice(int(index) if index else None)
+        if kind == "gpu":
+            return paddle.CUDAPlace(int(index or 0))
+        raise BackendError(f"Unknown device name {name!r}; use cpu, cpu:K or gpu:K.")
+
+    def device_name(self, device: Device) -> str:
+        if isinstance(device, HostDevice):
+            return "cpu" if device.index is None else f"cpu:{device.index}"
+        if isinstance(device, paddle.CUDAPlace):
+            return f"gpu:{device.get_device_id()}"
+        if isinstance(device, paddle.CPUPlace):
+            return "cpu"
+        raise BackendError(f"Not a paddle device: {device!r}.")
+
+    # -- tensors --------------------------------------------------------------------------
+
+    def to_tensor(self, array: np.ndarray, device: Device | None = None) -> Tensor:
+        return paddle.to_tensor(np.ascontiguousarray(array), place=_place(device))
+
+    def to_numpy(self, tensor: Tensor) -> np.ndarray:
+        return tensor.numpy()  # a host copy
+
+    def allreduce(self, tensors: Sequence[Tensor], op: str) -> None:
+        if op not in ("sum", "mean"):
+            raise BackendError(f"allreduce op must be 'sum' or 'mean', got {op!r}.")
+        with paddle.no_grad():
+            total = tensors[0].clone()
+            for t in tensors[1:]:
+                total.add_(_moved(t, total.place))
+            count = len(tensors)
+            if self.world_size > 1:
+                import paddle.distributed as dist
+
+                dist.all_reduce(total, op=dist.ReduceOp.SUM)
+                count *= self.world_size
+            if op == "mean":
+                total.scale_(1.0 / count)
+            for t in tensors:
+                paddle.assign(_moved(total, t.place), output=t)
+
+    def broadcast(self, tensors: Sequence[Tensor], src: int = 0) -> None:
+        with paddle.no_grad():
+            source = tensors[src]
+            if self.world_size > 1:
+                import paddle.distributed as dist
+
+                dist.broadcast(source, src=0)
+            for i, t in enumerate(tensors):
+                if i != src:
+                    paddle.assign(_moved(source, t.place), output=t)
+
+    # -- models ---------------------------------------------------------------------------
+
+    def build_model(self, model: ModelSpec | Any, devices: Sequence[Device] | None = None) -> Model:
+        devices = list(devices) if devices else [self.device("cpu")]
+        spec = model if isinstance(model, ModelSpec) else None
+        if spec is not None:
+            native = build(spec.net)
+        elif isinstance(model, nn.Layer):
+            native = _unwrap(model)
+        else:
+            raise BackendError(
+                f"paddle backend builds a polytrain ModelSpec or wraps a paddle.nn.Layer, "
+                f"not {type(model).__name__}."
+            )
+        replicas = [native] + [copy.deepcopy(native) for _ in devices[1:]]
+        for replica, device in zip(replicas, devices, strict=True):
+            replica.to(device=_place(device))  # a no-op where it already is
+        names = [n for n, p in native.named_parameters() if not p.stop_gradient]
+        return Model(
+            native=native,
+            devices=devices,
+            replicas=replicas,
+            spec=spec,
+            private={
+                "names": names,
+                "layout": canonical_layout(native),
+                "training": [None] * len(devices),
+            },
+        )
+
+    def get_params(self, model: Model) -> dict[str, np.ndarray]:
+        out = {}
+        for key, tensor in model.replicas[0].state_dict().items():
+            canonical, transposed = model.private["layout"][key]
+            value = self.to_numpy(tensor)
+            out[canonical] = np.ascontiguousarray(value.T) if transposed else value
+        return out
+
+    def set_params(self, model: Model, params: dict[str, np.ndarray]) -> None:
+        layout = model.private["layout"]
+        expected = {c: (k, t) for k, (c, t) in layout.items()}
+        shapes = {k: tuple(v.shape) for k, v in model.replicas[0].state_dict().items()}
+        check_params(expected, params, lambda kt: shapes[kt[0]][:: -1 if kt[1] else 1])
+        with paddle.no_grad():
+            for replica in model.replicas:
+                for key, tensor in replica.state_dict().items():
+                    canonical, transposed = layout[key]
+                    value = np.asarray(params[canonical], np.float32)
+                    tensor.set_value(np.ascontiguousarray(value.T if transposed else value))
+
+    def parameter_names(self, model: Model) -> list[str]:
+        return [model.private["layout"][n][0] for n in model.private["names"]]
+
+    def _set_mode(self, model: Model, replica: int, train: bool) -> nn.Layer:
+        layer = model.replicas[replica]
+        if model.private["training"][replica] is not train:
+            if train:
+                layer.train()
+            else:
+                layer.eval()
+            model.private["training"][replica] = train
+        return layer
+
+    def forward(self, model: Model, x: Tensor, *, replica: int = 0, train: bool = False) -> Tensor:
+        layer = self._set_mode(model, replica, train)
+        if train:
+            return layer(x)
+        with paddle.no_grad():
+            return layer(x)
+
+    def record(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def cross_entropy(self, logits: Tensor, labels: Tensor, reduction: str = "mean") -> Tensor:
+        if labels.ndim == 2 and labels.shape[1] == 1:  # "none" would keep [N, 1]: give [N]
+            labels = labels.reshape([-1])
+        return F.cross_entropy(logits, labels, reduction=reduction)
+
+    def count_correct(self, logits: Tensor, labels: Tensor) -> Tensor:
+        return (logits.argmax(axis=1) == labels.reshape([-1])).sum()
+
+    def backward(self, loss: Tensor) -> None:
+        loss.backward()
+
+    def gradients(self, model: Model, replica: int = 0) -> dict[str, np.ndarray]:
+        layout = model.private["layout"]
+        out = {}
+        for name, p in model.replicas[replica].named_parameters():
+            if name not in model.private["names"]:
+                continue
+            canonical, transposed = layout[name]
+            g = np.zeros(p.shape, np.float32) if p.grad is None else self.to_numpy(p.grad)
+            out[canonical] = np.ascontiguousarray(g.T) if transposed else g
+        return out
+
+    def replica_gradients(self, model: Model) -> list[list[Tensor]]:
+        trainable = [[p for p in r.parameters() if not p.stop_gradient] for r in model.replicas]
+        per_replica = [[p.grad for p in ps] for ps in trainable]
+        return [list(g) for g in zip(*per_replica, strict=True)]
+
+    def grad_norm(self, model: Model) -> float:
+        params = model.replicas[0].parameters()
+        grads = [p.grad for p in params if not p.stop_gradient and p.grad is not None]
+        if not grads:
+            return 0.0
+        return float(paddle.linalg.norm(paddle.stack([paddle.linalg.norm(g) for g in grads])))
+
+    def make_optimizer(self, model: Model, config: OptimizerConfig) -> Optimizer:
+        return PaddleOptimizer(model, config)
+
+    # -- native files ---------------------------------------------------------------------
+
+    def save_native(self, model: Model, path: str) -> None:
+        with atomic_path(path) as tmp:
+            paddle.save(model.replicas[0].state_dict(), tmp)
+
+    def load_native(self, model: Model, path: str) -> None:
+        state = safe_pickle.load(path)  # a .pdparams is a pickle: never paddle.load
+        if not isinstance(state, dict):
+            raise CheckpointError(f"{path} holds a {type(state).__name__}, not a state dict.")
+        try:  # paddle.save with pickle protocol 2/3 cuts arrays over 1 GiB into slices
+            for key, info in state.pop("UnpackBigParamInfor@@", {}).items():
+                parts = [state.pop(name) for name in info["slices"]]
+                state[key] = np.concatenate(parts).reshape(info["OriginShape"])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CheckpointError(f"{path}: corrupt sliced-array table: {exc!r}") from exc
+        layout = model.private["layout"]
+        params = {}
+        for key, value in state.items():
+            if key.endswith("@@"):  # paddle.save's name table, not a tensor
+                continue
+            if not isinstance(value, np.ndarray) or value.dtype.kind not in "fiub":
+                raise CheckpointError(f"{path}: entry {key!r} is not a numeric array.")
+            canonical, transposed = layout.get(key, (key, False))
+            params[canonical] = value.T if transposed else value
+        try:
+            self.set_params(model, params)
+        except CheckpointError as exc:  # shapes are shown canonical: say how the file was read
+            raise CheckpointError(
+                f"{path} (read as Paddle layout, Linear [in, out]): {exc}"
+            ) from None

@@ -1,0 +1,142 @@
+"""Paddle layers for the neutral specs, with PyTorch's semantics where Paddle's differ.
+
+Paddle's own BatchNorm keeps a biased running variance and weights the *old* statistic
+by ``momentum``; its AvgPool excludes padding by default and, with ``ceil_mode``, can
+produce one more window than PyTorch. The layers below keep Paddle's parameter names
+(so a ``.pdparams`` loads into plain Paddle code) and compute PyTorch's numbers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import paddle
+import paddle.nn.functional as F
+from paddle import nn
+
+from polytrain.errors import BackendError
+from polytrain.models import (
+    AvgPool2d,
+    BatchNorm2d,
+    Conv2d,
+    Dropout,
+    Flatten,
+    GlobalAvgPool2d,
+    Layer,
+    Linear,
+    MaxPool2d,
+    ReLU,
+    Residual,
+    Sequential,
+)
+from polytrain.reference import pool_output_size
+
+_RENAME = {"_mean": "running_mean", "_variance": "running_var"}  # Paddle BatchNorm buffers
+
+
+class _Residual(nn.Layer):
+    def __init__(self, body: nn.Layer, shortcut: nn.Layer | None) -> None:
+        super().__init__()
+        self.body = body
+        self.shortcut = shortcut
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        s = x if self.shortcut is None else self.shortcut(x)
+        return F.relu(self.body(x) + s)
+
+
+class _BatchNorm2D(nn.BatchNorm2D):
+    """Paddle's BatchNorm2D (same parameters and state-dict names) with PyTorch's running
+    statistics: ``momentum`` weights the new batch and running_var is unbiased."""
+
+    def __init__(self, layer: BatchNorm2d) -> None:
+        super().__init__(layer.num_features, momentum=1.0 - layer.momentum, epsilon=layer.eps)
+        self._torch_momentum = layer.momentum
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        if not self.training:
+            return super().forward(x)
+        # Momentum 0 makes Paddle's fused kernel write the batch mean and biased variance
+        # into these scratch tensors; the running stats are then updated as torch does.
+        mean, var = paddle.zeros_like(self._mean), paddle.zeros_like(self._variance)
+        y = F.batch_norm(
+            x, mean, var, self.weight, self.bias, training=True, momentum=0.0,
+            epsilon=self._epsilon,
+        )  # fmt: skip
+        n = math.prod(x.shape) // x.shape[1]
+        m = self._torch_momentum
+        with paddle.no_grad():
+            paddle.assign(self._mean * (1 - m) + mean * m, output=self._mean)
+            unbiased = var * (n / max(n - 1, 1))
+            paddle.assign(self._variance * (1 - m) + unbiased * m, output=self._variance)
+        return y
+
+
+class _AvgPool2D(nn.AvgPool2D):
+    """AvgPool with PyTorch's rules: padding counts (``exclusive=False``) and, with
+    ``ceil_mode``, no last window that starts in the right padding."""
+
+    def __init__(self, layer: AvgPool2d) -> None:
+        k, s, pad = layer.kernel_size, layer.stride or layer.kernel_size, layer.padding
+        super().__init__(
+            k, s, pad, ceil_mode=layer.ceil_mode, exclusive=not layer.count_include_pad
+        )
+        self._k, self._s, self._pad, self._ceil = k, s, pad, layer.ceil_mode
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        y = super().forward(x)
+        if not self._ceil:
+            return y
+        oh, ow = (pool_output_size(n, self._k, self._s, self._pad, True) for n in x.shape[2:])
+        return y if tuple(y.shape[2:]) == (oh, ow) else y[:, :, :oh, :ow]
+
+
+def build(layer: Layer) -> nn.Layer:
+    if isinstance(layer, Sequential):
+        return nn.Sequential(*[(n, build(c)) for n, c in layer.layers])
+    if isinstance(layer, Residual):
+        short = None if layer.shortcut is None else build(layer.shortcut)
+        return _Residual(build(layer.body), short)
+    if isinstance(layer, Conv2d):
+        return nn.Conv2D(
+            layer.in_channels,
+            layer.out_channels,
+            layer.kernel_size,
+            stride=layer.stride,
+            padding=layer.padding,
+            bias_attr=None if layer.bias else False,
+        )
+    if isinstance(layer, Linear):
+        return nn.Linear(
+            layer.in_features, layer.out_features, bias_attr=None if layer.bias else False
+        )
+    if isinstance(layer, BatchNorm2d):
+        return _BatchNorm2D(layer)
+    if isinstance(layer, ReLU):
+        return nn.ReLU()
+    if isinstance(layer, MaxPool2d):
+        return nn.MaxPool2D(layer.kernel_size, layer.stride, layer.padding)
+    if isinstance(layer, AvgPool2d):
+        return _AvgPool2D(layer)
+    if isinstance(layer, GlobalAvgPool2d):
+        return nn.AdaptiveAvgPool2D(1)
+    if isinstance(layer, Flatten):
+        return nn.Flatten()
+    if isinstance(layer, Dropout):
+        return nn.Dropout(layer.p)
+    raise BackendError(f"paddle backend cannot build layer {layer!r}")
+
+
+def canonical_layout(layer: nn.Layer) -> dict[str, tuple[str, bool]]:
+    """Native state-dict name -> (canonical name, transposed?) for every entry."""
+    linear = {
+        f"{p}.weight" if p else "weight"
+        for p, sub in layer.named_sublayers(include_self=True)
+        if isinstance(sub, nn.Linear)
+    }
+    out = {}
+    for key in layer.state_dict():
+        head, _, leaf = key.rpartition(".")
+        leaf = _RENAME.get(leaf, leaf)
+        out[key] = (f"{head}.{leaf}" if head else leaf, key in linear)
+    return out
