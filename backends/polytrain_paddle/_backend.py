@@ -23,7 +23,7 @@ import numpy as np
 
 from polytrain import safe_pickle
 from polytrain.backend import Backend, Device, Model, Tensor, check_params
-from polytrain.errors import BackendError, CheckpointError
+from polytrain.errors import BackendError, CheckpointError, ClusterError
 from polytrain.fileio import atomic_path
 from polytrain.models import ModelSpec
 from polytrain.optim import Optimizer, OptimizerConfig
@@ -261,6 +261,43 @@ class PaddleBackend(Backend):
 
     def make_optimizer(self, model: Model, config: OptimizerConfig) -> Optimizer:
         return PaddleOptimizer(model, config)
+
+    # -- processes ------------------------------------------------------------------------
+
+    def init_distributed(
+        self, info: Any, devices: Sequence[Device], timeout: float = 120.0
+    ) -> None:
+        import paddle.distributed as dist
+
+        if info.world_size == 1:
+            return
+        if info.master_addr is None or info.master_port is None:
+            raise BackendError("paddle.distributed needs a master address and port.")
+        gpu = all(isinstance(d, paddle.CUDAPlace) for d in devices)
+        # paddle.distributed reads its topology from these variables whichever launcher ran us
+        os.environ["PADDLE_DISTRI_BACKEND"] = "nccl" if gpu else "gloo"
+        os.environ["PADDLE_TRAINER_ID"] = str(info.rank)
+        os.environ["PADDLE_TRAINERS_NUM"] = str(info.world_size)
+        os.environ["MASTER_ADDR"] = info.master_addr
+        os.environ["MASTER_PORT"] = str(info.master_port)
+        os.environ["PADDLE_PG_TIMEOUT"] = str(int(timeout * 1000))
+        os.environ["FLAGS_stop_check_timeout"] = str(int(timeout))  # noqa: SIM112 - paddle flag
+        try:
+            dist.init_parallel_env()
+        except Exception as exc:
+            raise ClusterError(
+                f"paddle.distributed could not join rank {info.rank} of {info.world_size} at "
+                f"{info.master_addr}:{info.master_port}: {exc}. Check that the master is "
+                "reachable and every process was started with the same world size."
+            ) from exc
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+
+    def shutdown_distributed(self) -> None:
+        import paddle.distributed as dist
+
+        if self.world_size > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+        self.rank, self.world_size = 0, 1
 
     # -- native files ---------------------------------------------------------------------
 
