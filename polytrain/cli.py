@@ -170,11 +170,35 @@ def recipe_from_args(args: argparse.Namespace) -> Recipe:
     )
 
 
+def explicit_options(argv: Sequence[str], parser: argparse.ArgumentParser) -> set[str]:
+    """Destinations of the options actually written on the command line."""
+    names = set()
+    for action in parser._actions:
+        if any(
+            opt in argv or any(a.startswith(opt + "=") for a in argv)
+            for opt in action.option_strings
+        ):
+            names.add(action.dest)
+    return names
+
+
+def resumed_recipe(args: argparse.Namespace) -> Recipe:
+    """On --resume the checkpoint's recipe is the default; flags given explicitly override it."""
+    from .checkpoint import find_checkpoint, read_manifest
+
+    manifest = read_manifest(find_checkpoint(args.resume))
+    saved = dict(manifest.get("recipe") or {})
+    given = recipe_from_args(args).to_dict()
+    for key in args.explicit & set(given):
+        saved[key] = given[key]
+    return Recipe.from_dict(saved)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     """Train one recipe on one backend and print the summary."""
     from .train import Trainer
 
-    recipe = recipe_from_args(args)
+    recipe = resumed_recipe(args) if args.resume else recipe_from_args(args)
     trainer = Trainer(
         recipe,
         args.backend,
@@ -182,8 +206,20 @@ def cmd_train(args: argparse.Namespace) -> int:
         progress=False if args.quiet else None,
         threads=args.threads,
         timeout=args.timeout,
+        resume=args.resume,
+        checkpoint_every=args.checkpoint_every,
+        keep_checkpoints=args.keep_checkpoints,
     )
     summary = trainer.fit()
+    if summary.interrupted:
+        where = (
+            f"; checkpoint {summary.checkpoint}"
+            if summary.checkpoint
+            else " (no --out: nothing saved)"
+        )
+        print(f"polytrain train: {summary.stop_reason}{where}", file=sys.stderr)
+        signum = trainer._stop_signal or 2
+        return 128 + signum
     if trainer.backend.rank != 0:  # rank 0 reports for the job
         return 0
     if args.json:
@@ -308,14 +344,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("backends", help="list backends (import only the ones named)")
     p.add_argument("names", nargs="*", help="backends to import and probe for devices")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_backends)
+    p.set_defaults(func=cmd_backends, subparser=p)
 
     p = sub.add_parser("data", help="where each dataset is, or how to get it")
     p.add_argument("names", nargs="*", help="datasets (default: all)")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--download", action="store_true", help="download missing files")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_data)
+    p.set_defaults(func=cmd_data, subparser=p)
 
     p = sub.add_parser("train", help="train a recipe on one backend")
     p.add_argument(
@@ -333,7 +369,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=120.0,
         help="seconds for the rendezvous and for any step of a multi-process run",
     )
-    p.set_defaults(func=cmd_train)
+    p.add_argument("--resume", default=None, help="continue from a run or checkpoint directory")
+    p.add_argument("--checkpoint-every", type=int, default=None, help="also save every N steps")
+    p.add_argument("--keep-checkpoints", type=int, default=2, help="checkpoints kept in --out")
+    p.set_defaults(func=cmd_train, subparser=p)
 
     p = sub.add_parser("compare", help="run one recipe on several backends and compare")
     p.add_argument("--backends", default=None, help="comma-separated (default: all installed)")
@@ -346,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--tol-acc", type=float, default=0.2, help="max test-accuracy difference (points)"
     )
     p.add_argument("--quiet", action="store_true", help="no progress output")
-    p.set_defaults(func=cmd_compare)
+    p.set_defaults(func=cmd_compare, subparser=p)
 
     p = sub.add_parser(
         "launch",
@@ -363,18 +402,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-servers", type=int, default=1, help="MXNet: servers per node")
     p.add_argument("--host", default=None, help="MXNet: this node's address")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
-    p.set_defaults(func=cmd_launch)
+    p.set_defaults(func=cmd_launch, subparser=p)
 
     p = sub.add_parser("env", help="rank, world size and master as this process sees them")
     p.add_argument("--explain", action="store_true", help="which source won and why")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_env)
+    p.set_defaults(func=cmd_env, subparser=p)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.explicit = explicit_options(argv, args.subparser)
     try:
         return int(args.func(args))
     except PolytrainError as exc:

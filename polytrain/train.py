@@ -7,10 +7,13 @@ training-event hooks (progress bar, JSON-lines metrics, user plugins) and return
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +21,17 @@ import numpy as np
 
 from .backend import Backend, BackendOptions
 from .builtin_plugins import JsonlLogger, ProgressBar
+from .checkpoint import Checkpoint, CheckpointManager, find_checkpoint, load_checkpoint
 from .cluster import ClusterInfo
 from .cluster import resolve as resolve_cluster
 from .data import ArrayDataset, BatchLoader, load_dataset
-from .errors import NonFiniteLossError
+from .errors import ConfigError, NonFiniteLossError
 from .models import ModelSpec, get_model_spec
 from .plugins import get_backend, make_plugin_manager
 from .recipe import Recipe
 from .records import EpochRecord, RunInfo, StepRecord, Summary
 from .sharding import share_bounds
-from .step import StepRunner
+from .step import StepResult, StepRunner
 from .threads import resolve_threads
 from .watchdog import Watchdog
 
@@ -70,6 +74,9 @@ class Trainer:
         threads: int | None = None,
         cluster_info: ClusterInfo | None = None,
         timeout: float = 120.0,
+        resume: str | Path | None = None,
+        checkpoint_every: int | None = None,
+        keep_checkpoints: int = 2,
     ) -> None:
         self.recipe = recipe
         self.cluster = cluster_info or resolve_cluster()
@@ -112,6 +119,15 @@ class Trainer:
         self.epoch = 0
         self.global_step = 0
         self.history: list[EpochRecord] = []
+        self.partial = EpochProgress()
+        self.checkpoint_every = checkpoint_every
+        self.checkpoints: CheckpointManager | None = None
+        if self.out_dir is not None and b.rank == 0:
+            self.checkpoints = CheckpointManager(self.out_dir, keep=keep_checkpoints)
+        self.last_checkpoint: Path | None = None
+        self._stop_signal: int | None = None
+        if resume is not None:
+            self.restore(load_checkpoint(find_checkpoint(resume), spec=self.spec))
 
     # -- run --------------------------------------------------------------------------------
 
@@ -138,15 +154,37 @@ class Trainer:
         )
 
     def fit(self) -> Summary:
-        """Train the remaining epochs of the recipe; evaluate after each."""
+        """Train the remaining epochs of the recipe; evaluate after each.
+
+        SIGINT/SIGTERM stop the run at the next step boundary with a checkpoint saved
+        (when there is an output directory); the summary then says ``interrupted``."""
         if self.backend.world_size > 1:
             self.watchdog = Watchdog(self.timeout).start()
         try:
-            return self._fit()
+            with self._stop_on_signals():
+                return self._fit()
         finally:
             if self.watchdog is not None:
                 self.watchdog.stop()
             self.backend.shutdown_distributed()
+
+    @contextlib.contextmanager
+    def _stop_on_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def request_stop(signum: int, _frame: object) -> None:
+            self._stop_signal = signum
+            for sig in STOP_SIGNALS:  # a second signal acts at once
+                signal.signal(sig, previous[sig])
+
+        previous = {sig: signal.signal(sig, request_stop) for sig in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def _progress(self, where: str) -> None:
         if self.watchdog is not None:
@@ -157,31 +195,43 @@ class Trainer:
         hook = self.pm.hook
         hook.polytrain_train_start(run=run)
         start = time.perf_counter()
+        stop_reason = "completed"
         try:
             while self.epoch < self.recipe.epochs:
                 record = self.train_epoch(run)
+                if record is None:
+                    stop_reason = f"interrupted by {signal.Signals(self._stop_signal or 2).name}"
+                    break
                 self.history.append(record)
-                hook.polytrain_epoch_end(run=run, epoch=record)
                 self.epoch += 1
+                self.partial = EpochProgress()
+                self.save_checkpoint()
+                hook.polytrain_epoch_end(run=run, epoch=record)
+        except BaseException as exc:
+            stop_reason = f"failed: {type(exc).__name__}"
+            raise
         finally:
             summary = Summary(
                 epochs=list(self.history),
                 seconds=time.perf_counter() - start,
+                interrupted=stop_reason.startswith("interrupted"),
+                checkpoint=str(self.last_checkpoint) if self.last_checkpoint else None,
                 final_step=self.global_step,
+                stop_reason=stop_reason,
                 peak_rss_mb=peak_rss_mb(),
             )
             hook.polytrain_train_end(run=run, summary=summary)
         return summary
 
-    def train_epoch(self, run: RunInfo) -> EpochRecord:
-        b, r = self.backend, self.recipe
+    def train_epoch(self, run: RunInfo) -> EpochRecord | None:
+        """Train (the rest of) the current epoch and evaluate; None if a signal stopped it."""
+        b, r, p = self.backend, self.recipe, self.partial
         sizes = self.loader.global_batch_sizes(self.epoch)
-        loss_sum, correct, seen, steps = 0.0, 0, 0, 0
         hook = self.pm.hook
         b.synchronize()
         t0 = time.perf_counter()
-        with self.loader.epoch(self.epoch) as batches:
-            for step, (x, y) in enumerate(batches):
+        with self.loader.epoch(self.epoch, start_step=p.step) as batches:
+            for step, (x, y) in enumerate(batches, start=p.step):
                 if r.max_steps is not None and step >= r.max_steps:
                     break
                 result = self.runner.train_step(x, y, global_count=sizes[step])
@@ -189,13 +239,15 @@ class Trainer:
                 if not np.isfinite(loss):
                     raise NonFiniteLossError(
                         f"The loss became {loss} at epoch {self.epoch + 1}, step {step + 1} "
-                        f"(global step {self.global_step + 1}). Lower --lr, or check the data."
+                        f"(global step {self.global_step + 1}). Lower --lr, or check the data. "
+                        + (
+                            f"The last good checkpoint is {self.last_checkpoint}."
+                            if self.last_checkpoint
+                            else ""
+                        )
                     )
                 self._progress(f"epoch {self.epoch + 1} step {step + 1}")
-                loss_sum += result.loss_sum
-                correct += result.correct
-                seen += result.samples
-                steps += 1
+                p.add(result)
                 self.global_step += 1
                 grad_norm = b.grad_norm(self.model) if r.grad_norm else None
                 hook.polytrain_step_end(
@@ -210,20 +262,70 @@ class Trainer:
                         grad_norm=grad_norm,
                     ),
                 )
+                if self._stop_signal is not None:
+                    p.seconds += time.perf_counter() - t0
+                    self.save_checkpoint()
+                    return None
+                if self.checkpoint_every and self.global_step % self.checkpoint_every == 0:
+                    self.save_checkpoint()
         b.synchronize()
-        seconds = time.perf_counter() - t0
+        p.seconds += time.perf_counter() - t0
         test_acc = self.evaluate(self.data.test) if self.data.test is not None else None
         val_acc = self.evaluate(self.data.val) if self.data.val is not None else None
         return EpochRecord(
             epoch=self.epoch,
-            train_loss=loss_sum / max(seen, 1),
-            train_accuracy=correct / max(seen, 1),
+            train_loss=p.loss_sum / max(p.seen, 1),
+            train_accuracy=p.correct / max(p.seen, 1),
             test_accuracy=test_acc,
             val_accuracy=val_acc,
-            seconds=seconds,
-            samples_per_second=seen / seconds if seconds else 0.0,
-            steps=steps,
+            seconds=p.seconds,
+            samples_per_second=p.seen / p.seconds if p.seconds else 0.0,
+            steps=p.step,
         )
+
+    # -- checkpoints ------------------------------------------------------------------------
+
+    def save_checkpoint(self) -> Path | None:
+        """Save the whole training state (rank 0, when there is an output directory)."""
+        if self.checkpoints is None:
+            return None
+        b = self.backend
+        self.last_checkpoint = self.checkpoints.save(
+            params=b.get_params(self.model),
+            optimizer_state=self.optimizer.state_dict(),
+            spec=self.spec,
+            model_name=self.spec.name,
+            backend=b.name,
+            framework_version=b.version(),
+            position={
+                "epoch": self.epoch,
+                "step": self.partial.step,
+                "global_step": self.global_step,
+            },
+            seed=self.recipe.seed,
+            recipe=self.recipe.to_dict(),
+            history=[e.to_dict() for e in self.history],
+            extra={
+                "partial_epoch": asdict(self.partial),
+                "world_size": b.world_size,
+                "devices": [b.device_name(d) for d in self.devices],
+            },
+        )
+        return self.last_checkpoint
+
+    def restore(self, checkpoint: Checkpoint) -> None:
+        """Continue from a checkpoint written by any backend, on any device count."""
+        check_resumable(checkpoint.recipe or {}, self.recipe)
+        b = self.backend
+        b.set_params(self.model, checkpoint.params)
+        if checkpoint.optimizer_state is not None:
+            self.optimizer.load_state_dict(checkpoint.optimizer_state)
+        pos = checkpoint.position
+        self.epoch, self.global_step = int(pos["epoch"]), int(pos["global_step"])
+        extra = checkpoint.manifest.get("extra") or {}
+        self.partial = EpochProgress(**extra.get("partial_epoch", {"step": int(pos["step"])}))
+        self.history = [EpochRecord(**h) for h in checkpoint.history or []]
+        self.last_checkpoint = checkpoint.path
 
     def evaluate(self, dataset: ArrayDataset, batch_size: int = 1000) -> float:
         """Accuracy over every sample of ``dataset``: each process takes a contiguous
@@ -241,6 +343,43 @@ class Trainer:
             total += m
         all_correct, all_total = b.allreduce_numbers([correct, total])
         return all_correct / all_total if all_total else float("nan")
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Changing these would change the sample order or the model: a resumed run must keep them.
+RESUME_INVARIANTS = ("model", "dataset", "batch_size", "seed", "optimizer", "train_samples",
+                     "val_split", "drop_last")  # fmt: skip
+
+
+@dataclass
+class EpochProgress:
+    """Sums of the epoch so far: what a mid-epoch checkpoint must carry."""
+
+    step: int = 0
+    loss_sum: float = 0.0
+    correct: int = 0
+    seen: int = 0
+    seconds: float = 0.0
+
+    def add(self, result: StepResult) -> None:
+        self.step += 1
+        self.loss_sum += result.loss_sum
+        self.correct += result.correct
+        self.seen += result.samples
+
+
+def check_resumable(saved: dict[str, Any], recipe: Recipe) -> None:
+    """A checkpoint's recipe must agree with the new one where that changes the numbers."""
+    changed = [
+        f"{k}: checkpoint {saved[k]!r}, now {getattr(recipe, k)!r}"
+        for k in RESUME_INVARIANTS
+        if k in saved and saved[k] != getattr(recipe, k)
+    ]
+    if changed:
+        raise ConfigError(
+            "Cannot resume with a different recipe (" + "; ".join(changed) + "). Keep these "
+            "values (the checkpoint's recipe is the default on --resume), or start a new run."
+        )
 
 
 def peak_rss_mb() -> float | None:
