@@ -278,7 +278,9 @@ class TorchBackend(Backend):
 
     # -- processes ------------------------------------------------------------------------
 
-    def init_distributed(self, info: Any, devices: Sequence[Device], timeout: float = 120.0) -> None:
+    def init_distributed(
+        self, info: Any, devices: Sequence[Device], timeout: float = 120.0
+    ) -> None:
         import datetime
 
         import torch.distributed as dist
@@ -286,7 +288,9 @@ class TorchBackend(Backend):
         if info.world_size == 1:
             return
         if info.master_addr is None or info.master_port is None:
-            raise BackendError("torch.distributed needs a master address and port (MASTER_ADDR/PORT).")
+            raise BackendError(
+                "torch.distributed needs a master address and port (MASTER_ADDR/PORT)."
+            )
         engine = "nccl" if all(torch.device(d).type == "cuda" for d in devices) else "gloo"
         try:
             dist.init_process_group(
@@ -299,7 +303,8 @@ class TorchBackend(Backend):
         except Exception as exc:  # rendezvous errors come as RuntimeError/DistNetworkError
             raise ClusterError(
                 f"torch.distributed ({engine}) could not join rank {info.rank} of "
-                f"{info.world_size} at {info.master_addr}:{info.master_port} within {timeout:.0f} s: "
+                f"{info.world_size} at {info.master_addr}:{info.master_port} within "
+                f"{timeout:.0f} s: "
                 f"{exc}. Check that the master is reachable, the port is free on the master, "
                 "and every process was started with the same world size."
             ) from exc

@@ -1,0 +1,284 @@
+"""The MXNet (Gluon) backend, mirroring the torch backend method for method.
+
+Devices are real contexts (``cpu:K`` is ``mx.cpu(K)``); a model is one Gluon block
+whose parameters hold one copy per context, so every replica is the same block.
+MXNet runs asynchronously: errors surface at sync points (to_numpy, synchronize),
+where they are raised as :class:`~polytrain.errors.BackendError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd, gluon
+
+from polytrain.backend import Backend, Device, Model, Tensor, check_params
+from polytrain.errors import BackendError, CheckpointError
+from polytrain.fileio import atomic_path
+from polytrain.models import ModelSpec
+from polytrain.optim import Optimizer, OptimizerConfig
+from polytrain.threads import cpu_count
+
+from ._layers import build, hybridize
+from ._optim import MXNetOptimizer
+
+
+def _engine_omp_threads() -> int:
+    """OpenMP threads per operator, as MXNet's engine fixed them when mxnet was imported
+    (src/engine/openmp.cc: MXNET_OMP_MAX_THREADS, else OMP_NUM_THREADS, else half the
+    CPUs on x86). MXSetNumOMPThreads reaches only the calling thread, not the engine's."""
+    for var in ("MXNET_OMP_MAX_THREADS", "OMP_NUM_THREADS"):
+        with contextlib.suppress(ValueError):
+            return int(os.environ.get(var, ""))
+    return max(1, cpu_count() // 2)
+
+
+_ENGINE_OMP_THREADS = _engine_omp_threads()
+_TO_CANONICAL = {"gamma": "weight", "beta": "bias"}
+
+
+def _canonical(name: str) -> str:
+    """Gluon's structural name -> canonical (BatchNorm gamma/beta -> weight/bias)."""
+    head, _, last = name.rpartition(".")
+    last = _TO_CANONICAL.get(last, last)
+    return f"{head}.{last}" if head else last
+
+
+def _reason(exc: mx.base.MXNetError) -> str:
+    """The message line of an MXNetError, without its C++ traceback."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    return next((ln for ln in reversed(lines) if "Error" in ln), lines[-1] if lines else "")
+
+
+def _engine_error(exc: mx.base.MXNetError, what: str) -> BackendError:
+    """A readable error for a failure the asynchronous engine reports at a sync point."""
+    return BackendError(
+        f"MXNet failed while {what}: {_reason(exc)}. MXNet runs asynchronously, so the failing "
+        "operation may be any one queued before this point; run with "
+        "MXNET_ENGINE_TYPE=NaiveEngine to raise it where it happens."
+    )
+
+
+class MXNetBackend(Backend):
+    name = "mxnet"
+    framework = "mxnet"
+    native_suffix = ".params"
+
+    # -- identity, threads, seeds ---------------------------------------------------------
+
+    def version(self) -> str:
+        return str(mx.__version__)
+
+    def threads(self) -> dict[str, int]:
+        workers = int(os.environ.get("MXNET_CPU_WORKER_NTHREADS", "1"))
+        return {"intra_op": _ENGINE_OMP_THREADS, "engine_workers": workers}
+
+    def set_threads(self, n: int) -> None:
+        mx.base.check_call(mx.base._LIB.MXSetNumOMPThreads(ctypes.c_int(n)))
+        if n != _ENGINE_OMP_THREADS:  # the setter reaches only the calling thread's OpenMP
+            warnings.warn(
+                f"MXNet's engine kept {_ENGINE_OMP_THREADS} OpenMP threads (read when mxnet "
+                f"was imported), not {n}: set POLYTRAIN_THREADS or OMP_NUM_THREADS before "
+                "the first mxnet import.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+    def seed(self, seed: int) -> None:
+        mx.random.seed(seed)
+
+    def synchronize(self) -> None:
+        try:
+            mx.nd.waitall()
+        except mx.base.MXNetError as exc:
+            raise _engine_error(exc, "running queued operations") from exc
+
+    # -- devices --------------------------------------------------------------------------
+
+    def gpu_count(self) -> int:
+        return int(mx.context.num_gpus())
+
+    def device(self, name: str) -> Device:
+        kind, _, index = name.partition(":")
+        if kind == "cpu":  # cpu:K is a real MXNet context, sharing the host memory
+            return mx.cpu(int(index or 0))
+        if kind == "gpu":
+            return mx.gpu(int(index or 0))
+        raise BackendError(f"Unknown device name {name!r}; use cpu, cpu:K or gpu:K.")
+
+    def device_name(self, device: Device) -> str:
+        kind = "gpu" if device.device_type == "gpu" else "cpu"
+        return f"{kind}:{device.device_id}"
+
+    # -- tensors --------------------------------------------------------------------------
+
+    def to_tensor(self, array: np.ndarray, device: Device | None = None) -> Tensor:
+        array = np.asarray(array)
+        return mx.nd.array(array, ctx=device or mx.cpu(), dtype=array.dtype)
+
+    def to_numpy(self, tensor: Tensor) -> np.ndarray:
+        try:
+            return tensor.asnumpy()
+        except mx.base.MXNetError as exc:
+            raise _engine_error(exc, f"computing a {tensor.shape} tensor") from exc
+
+    def allreduce(self, tensors: Sequence[Tensor], op: str) -> None:
+        if op not in ("sum", "mean"):
+            raise BackendError(f"allreduce op must be 'sum' or 'mean', got {op!r}.")
+        if self.world_size > 1:
+            raise BackendError("MXNet allreduce across processes (kvstore dist_sync) is not wired.")
+        ctx = tensors[0].context
+        total = mx.nd.add_n(*(t.as_in_context(ctx) for t in tensors))
+        if op == "mean":
+            total = total / len(tensors)
+        for t in tensors:
+            total.copyto(t)
+
+    def broadcast(self, tensors: Sequence[Tensor], src: int = 0) -> None:
+        if self.world_size > 1:
+            raise BackendError("MXNet broadcast across processes (kvstore dist_sync) is not wired.")
+        for i, t in enumerate(tensors):
+            if i != src:
+                tensors[src].copyto(t)
+
+    # -- models ---------------------------------------------------------------------------
+
+    def build_model(self, model: ModelSpec | Any, devices: Sequence[Device] | None = None) -> Model:
+        devices = list(devices) if devices else [self.device("cpu")]
+        spec = model if isinstance(model, ModelSpec) else None
+        if spec is not None:
+            native = build(spec.net)
+            native.initialize(ctx=devices)
+            if self.options.fast:
+                hybridize(native)
+        elif isinstance(model, gluon.Block):
+            native = model
+            if all(p._data is None for p in native.collect_params().values()):
+                native.initialize(ctx=devices)
+            else:
+                native.collect_params().reset_ctx(devices)
+        else:
+            raise BackendError(
+                f"mxnet backend builds a polytrain ModelSpec or wraps a gluon Block, "
+                f"not {type(model).__name__}."
+            )
+        structural = native._collect_params_with_prefix()
+        deferred = [n for n, p in structural.items() if p._data is None]  # no public test
+        if deferred:
+            raise BackendError(
+                f"Parameters {deferred} of the block have unknown shapes (deferred init): "
+                "give in_channels/in_units to its layers, or run one forward pass first."
+            )
+        # 'add': gradients accumulate over backward calls like torch; zero_grad resets them.
+        native.collect_params().setattr("grad_req", "add")
+        params = {_canonical(n): p for n, p in structural.items()}
+        private: dict[str, Any] = {"params": params, "structural": structural}
+        private["trainable"] = [n for n, p in params.items() if p.grad_req != "null"]
+        if len(devices) > 1:  # initialised before any backward (a Trainer races otherwise)
+            on_gpu = any(d.device_type == "gpu" for d in devices)
+            kv = mx.kv.create("device" if on_gpu else "local")
+            for i, name in enumerate(private["trainable"]):
+                kv.init(i, mx.nd.zeros(params[name].shape))
+            private["kvstore"] = kv
+        return Model(native, devices, [native] * len(devices), spec, private)
+
+    def get_params(self, model: Model) -> dict[str, np.ndarray]:
+        ctx = model.devices[0]
+        params = model.private["params"].items()
+        return {k: self.to_numpy(p.data(ctx)).astype(np.float32) for k, p in params}
+
+    def set_params(self, model: Model, params: dict[str, np.ndarray]) -> None:
+        expected = model.private["params"]
+        check_params(expected, params, lambda p: tuple(p.shape))
+        for name, p in expected.items():
+            p.set_data(mx.nd.array(np.asarray(params[name]), dtype=p.dtype))
+
+    def parameter_names(self, model: Model) -> list[str]:
+        return list(model.private["trainable"])
+
+    def forward(self, model: Model, x: Tensor, *, replica: int = 0, train: bool = False) -> Tensor:
+        block = model.replicas[replica]
+        if train:  # batch statistics and running-stat updates, recorded or not
+            with autograd.train_mode():
+                return block(x)
+        with autograd.pause(train_mode=False):
+            return block(x)
+
+    def record(self) -> contextlib.AbstractContextManager[None]:
+        return autograd.record()
+
+    def cross_entropy(self, logits: Tensor, labels: Tensor, reduction: str = "mean") -> Tensor:
+        if reduction not in ("mean", "sum", "none"):
+            raise BackendError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}.")
+        # float64: MXNet's float32 log_softmax is off by up to ~15 ulp, biased (torch: ~1 ulp)
+        logp = mx.nd.log_softmax(logits.astype("float64"), axis=1)
+        # pick clips out-of-range labels (checking them would need a sync)
+        losses = -mx.nd.pick(logp, labels.reshape((-1,)), axis=1)
+        if reduction != "none":
+            losses = losses.mean() if reduction == "mean" else losses.sum()
+        return losses.astype(logits.dtype)
+
+    def count_correct(self, logits: Tensor, labels: Tensor) -> Tensor:
+        predicted = mx.nd.argmax(logits, axis=1)  # float32 indices
+        return (predicted == labels.reshape((-1,)).astype(predicted.dtype)).sum()
+
+    def backward(self, loss: Tensor) -> None:
+        loss.backward()
+
+    def scale_loss(self, loss: Tensor, denominator: int, scale: float = 1.0) -> Tensor:
+        with autograd.record():  # MXNet differentiates only recorded ops; callers scale after
+            return loss * (scale / denominator)
+
+    def gradients(self, model: Model, replica: int = 0) -> dict[str, np.ndarray]:
+        ctx, params = model.devices[replica], model.private["params"]
+        return {n: self.to_numpy(params[n].grad(ctx)) for n in model.private["trainable"]}
+
+    def replica_gradients(self, model: Model) -> list[list[Tensor]]:
+        params = model.private["params"]
+        return [[params[n].grad(c) for c in model.devices] for n in model.private["trainable"]]
+
+    def sync_gradients(self, model: Model) -> None:
+        if self.world_size > 1:
+            raise BackendError("MXNet gradient sync across processes (dist_sync) is not wired.")
+        if model.num_devices == 1:
+            return
+        kv = model.private["kvstore"]  # the framework's reduction; kvstore=None skips it
+        for i, grads in enumerate(self.replica_gradients(model)):
+            kv.pushpull(i, grads, out=grads, priority=-i)
+
+    def make_optimizer(self, model: Model, config: OptimizerConfig) -> Optimizer:
+        return MXNetOptimizer(model, config)
+
+    # -- native files ---------------------------------------------------------------------
+
+    def save_native(self, model: Model, path: str) -> None:
+        # save_parameters' format, written from context 0: save_parameters itself averages
+        # the contexts' copies (replicas' BatchNorm stats differ; (3a)/3 may not be a).
+        ctx = model.devices[0]
+        arrays = {k: p.data(ctx).copyto(mx.cpu()) for k, p in model.private["structural"].items()}
+        with atomic_path(path) as tmp:
+            mx.nd.save(tmp, arrays)
+
+    def load_native(self, model: Model, path: str) -> None:
+        try:
+            loaded = mx.nd.load(path)
+        except mx.base.MXNetError as exc:
+            raise CheckpointError(f"Cannot read {path} as MXNet .params: {_reason(exc)}") from exc
+        if not isinstance(loaded, dict):
+            raise CheckpointError(f"{path} holds unnamed arrays, not Gluon parameters.")
+        aliases = {}
+        for name, p in model.private["structural"].items():
+            canonical = _canonical(name)
+            legacy = p.name.removeprefix(model.native.prefix)  # save_params strips it
+            # structural names (save_parameters), full names (Module's "arg:"/"aux:")
+            for key in (name, legacy, p.name, f"arg:{p.name}", f"aux:{p.name}"):
+                aliases[key] = canonical
+        params = {aliases.get(k, k): v.asnumpy() for k, v in loaded.items()}
+        self.set_params(model, params)

@@ -1,0 +1,176 @@
+"""Gluon blocks for the neutral specs, with PyTorch's semantics where MXNet's differ.
+
+Children are registered under the spec's layer names, so the structural parameter
+names (``block._collect_params_with_prefix()``) are the canonical ones, except that
+BatchNorm keeps Gluon's ``gamma``/``beta`` (renamed on get/set), so the .params files
+stay loadable by plain Gluon code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mxnet as mx
+from mxnet import autograd
+from mxnet.gluon import nn
+
+from polytrain.errors import BackendError
+from polytrain.models import (
+    AvgPool2d,
+    BatchNorm2d,
+    Conv2d,
+    Dropout,
+    Flatten,
+    GlobalAvgPool2d,
+    Layer,
+    Linear,
+    MaxPool2d,
+    ReLU,
+    Residual,
+    Sequential,
+)
+
+
+class _Sequential(nn.HybridBlock):
+    def __init__(self, layers: list[tuple[str, nn.HybridBlock]]) -> None:
+        super().__init__()
+        for name, block in layers:
+            self.register_child(block, name)
+
+    def hybrid_forward(self, F: Any, x: Any) -> Any:
+        for block in self._children.values():
+            x = block(x)
+        return x
+
+
+class _Residual(nn.HybridBlock):
+    def __init__(self, body: nn.HybridBlock, shortcut: nn.HybridBlock | None) -> None:
+        super().__init__()
+        self.body = body
+        self.shortcut = shortcut
+
+    def hybrid_forward(self, F: Any, x: Any) -> Any:
+        s = x if self.shortcut is None else self.shortcut(x)
+        return F.relu(self.body(x) + s)
+
+
+class _BatchNorm(nn.HybridBlock):
+    """PyTorch's BatchNorm2d: batch statistics in training, running statistics updated
+    in the forward pass with torch's momentum and the unbiased variance."""
+
+    def __init__(self, channels: int, eps: float, momentum: float) -> None:
+        super().__init__()
+        self.eps, self.momentum = eps, momentum
+        c = (channels,)
+        self.gamma = self.params.get("gamma", shape=c, init="ones")
+        self.beta = self.params.get("beta", shape=c, init="zeros")
+        self.running_mean = self.params.get(
+            "running_mean", shape=c, init="zeros", grad_req="null", differentiable=False
+        )
+        self.running_var = self.params.get(
+            "running_var", shape=c, init="ones", grad_req="null", differentiable=False
+        )
+
+    def hybrid_forward(
+        self, F: Any, x: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any
+    ) -> Any:
+        if autograd.is_training():
+            self._update_running(x, running_mean, running_var)
+        # momentum=1: MXNet's op updates the running stats itself, in *backward* and with
+        # the biased variance; 1 makes that a no-op (eps from the spec, never 1e-3).
+        stats = (running_mean, running_var)
+        return F.BatchNorm(x, gamma, beta, *stats, eps=self.eps, momentum=1.0, fix_gamma=False)
+
+    def _update_running(self, x: Any, mean: Any, var: Any) -> None:
+        if not isinstance(x, mx.nd.NDArray):  # a symbol has no storage to update
+            raise BackendError("polytrain's BatchNorm on MXNet cannot be hybridized.")
+        n = x.size // x.shape[1]
+        if n < 2:
+            raise BackendError(
+                f"BatchNorm in training needs more than 1 value per channel, got input {x.shape}."
+            )
+        m = self.momentum
+        with autograd.pause():
+            batch_mean, batch_var = mx.nd.moments(x, axes=(0, 2, 3))
+            mean[:] = (1 - m) * mean + m * batch_mean
+            var[:] = (1 - m) * var + (m * n / (n - 1)) * batch_var
+
+
+class _AvgPoolCeil(nn.AvgPool2D):
+    """AvgPool with ceil_mode and PyTorch's output size: MXNet's 'full' convention keeps
+    a last window that starts in the right padding, PyTorch drops it."""
+
+    def __init__(self, kernel: int, stride: int, padding: int, count_include_pad: bool) -> None:
+        super().__init__(kernel, stride, padding, True, count_include_pad=count_include_pad)
+        self._k, self._s, self._p = kernel, stride, padding
+
+    def hybrid_forward(self, F: Any, x: Any) -> Any:
+        y = super().hybrid_forward(F, x)
+        if self._s <= self._k - self._p:  # torch's rule cannot drop a window here
+            return y
+        # PyTorch keeps the ceil((size + pad) / stride) windows starting before the right
+        # padding: a kernel-1 'valid' pool of one right-padded channel has that size.
+        p = self._p
+        one = F.slice_axis(x, axis=1, begin=0, end=1)
+        if p:
+            one = F.pad(one, mode="constant", pad_width=(0, 0, 0, 0, 0, p, 0, p))
+        like = F.Pooling(one, kernel=(1, 1), stride=(self._s, self._s), pool_type="max")
+        return F.slice_like(y, like, axes=(2, 3))
+
+
+def build(layer: Layer) -> nn.HybridBlock:
+    """A Gluon block for one neutral layer (shapes given, so nothing is deferred)."""
+    if isinstance(layer, Sequential):
+        return _Sequential([(n, build(c)) for n, c in layer.layers])
+    if isinstance(layer, Residual):
+        short = None if layer.shortcut is None else build(layer.shortcut)
+        return _Residual(build(layer.body), short)
+    if isinstance(layer, Conv2d):
+        return nn.Conv2D(
+            layer.out_channels,
+            layer.kernel_size,
+            strides=layer.stride,
+            padding=layer.padding,
+            in_channels=layer.in_channels,
+            use_bias=layer.bias,
+        )
+    if isinstance(layer, Linear):  # flatten=False: like torch, act on the last axis only
+        return nn.Dense(
+            layer.out_features, use_bias=layer.bias, flatten=False, in_units=layer.in_features
+        )
+    if isinstance(layer, BatchNorm2d):
+        return _BatchNorm(layer.num_features, layer.eps, layer.momentum)
+    if isinstance(layer, ReLU):
+        return nn.Activation("relu")
+    if isinstance(layer, MaxPool2d):
+        return nn.MaxPool2D(layer.kernel_size, layer.stride, layer.padding)
+    if isinstance(layer, AvgPool2d):
+        stride = layer.stride or layer.kernel_size
+        if layer.ceil_mode:
+            return _AvgPoolCeil(layer.kernel_size, stride, layer.padding, layer.count_include_pad)
+        return nn.AvgPool2D(
+            layer.kernel_size, stride, layer.padding, count_include_pad=layer.count_include_pad
+        )
+    if isinstance(layer, GlobalAvgPool2d):
+        return nn.GlobalAvgPool2D()
+    if isinstance(layer, Flatten):
+        return nn.Flatten()
+    if isinstance(layer, Dropout):
+        return nn.Dropout(layer.p)
+    raise BackendError(f"mxnet backend cannot build layer {layer!r}")
+
+
+def hybridize(block: nn.Block) -> None:
+    """Hybridize every subtree without BatchNorm (whose running stats update in place)."""
+    if not any(isinstance(b, _BatchNorm) for b in _blocks(block)):
+        block.hybridize(static_alloc=True, static_shape=True)
+        return
+    for child in block._children.values():
+        hybridize(child)
+
+
+def _blocks(block: nn.Block) -> list[nn.Block]:
+    out = [block]
+    for child in block._children.values():
+        out += _blocks(child)
+    return out
