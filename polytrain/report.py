@@ -18,12 +18,10 @@ def write_json(result: Comparison, path: Path) -> None:
     atomic_write_text(path, json.dumps(result.to_dict(), indent=2, sort_keys=True))
 
 
-def _deviation(result: Comparison, backend: str) -> float | None:
-    if backend == result.reference:
-        return None
+def _pair(result: Comparison, backend: str) -> Any:
     for p in result.pairs:
         if {p.a, p.b} == {backend, result.reference}:
-            return p.max_step_loss_diff
+            return p
     return None
 
 
@@ -37,14 +35,25 @@ def table(result: Comparison) -> Any:
         f"{r['optimizer']} lr {r['lr']}, seed {r['seed']}"
     )
     t = Table(title=title)
+    lock = result.lockstep
     for col in (
         "backend", "version", "devices", "final train loss", "test acc %", "samples/s",
-        "s/epoch", "peak MiB", f"max |Δloss| vs {result.reference}",
+        "s/epoch", "peak MiB", f"lockstep max |Δloss| vs {result.reference}",
+        "free run diverges at step",
     ):  # fmt: skip
         t.add_column(col, justify="left" if col in ("backend", "version", "devices") else "right")
     for run in result.runs:
         f = run.final
-        dev = _deviation(result, run.backend)
+        pair = _pair(result, run.backend)
+        if run.backend == result.reference:
+            dev, diverged = "(reference)", "-"
+        else:
+            dev = f"{lock.worst(run.backend)['loss']:.2e}" if lock else "-"
+            diverged = (
+                "never"
+                if pair is None or pair.diverged_at_step is None
+                else str(pair.diverged_at_step)
+            )
         t.add_row(
             run.backend,
             run.framework_version,
@@ -54,7 +63,8 @@ def table(result: Comparison) -> Any:
             f"{run.samples_per_second:.0f}",
             f"{run.seconds_per_epoch:.1f}",
             f"{run.peak_rss_mb:.0f}" if run.peak_rss_mb else "-",
-            "(reference)" if dev is None else f"{dev:.2e}",
+            dev,
+            diverged,
         )
     return t
 
@@ -63,19 +73,37 @@ def pairs_table(result: Comparison) -> Any:
     from rich.table import Table
 
     tol = result.tolerances
-    t = Table(title="pairwise differences")
-    for col in ("pair", f"max |Δloss|, first {tol.parity_steps} steps", "at step",
+    t = Table(
+        title=f"free runs, pairwise (diverged = first step with |Δloss| > {tol.diverged_at:.0e})"
+    )
+    for col in ("pair", "diverged at step", f"max |Δloss|, first {tol.parity_steps} steps",
                 "Δ test acc (points)", "Δ final train loss"):  # fmt: skip
         t.add_column(col, justify="right")
     for p in result.pairs:
         acc = p.test_accuracy_diff_points
         t.add_row(
             f"{p.a} vs {p.b}",
+            "never" if p.diverged_at_step is None else str(p.diverged_at_step),
             f"{p.max_step_loss_diff:.2e}",
-            str(p.max_step_loss_diff_at),
             "-" if acc is None else f"{acc:.2f}",
             "-" if p.final_train_loss_diff is None else f"{p.final_train_loss_diff:.2e}",
         )
+    return t
+
+
+def lockstep_table(result: Comparison) -> Any:
+    """Worst lockstep differences per backend (None when no lockstep ran)."""
+    from rich.table import Table
+
+    lock = result.lockstep
+    if lock is None:
+        return None
+    t = Table(title=f"lockstep: {lock.steps} steps, each from {lock.reference}'s exact state")
+    for col in ("backend", "max |Δloss|", "max rel. Δ grad norm", "max |Δ updated params|"):
+        t.add_column(col, justify="right")
+    for name in lock.loss_diff:
+        w = lock.worst(name)
+        t.add_row(name, f"{w['loss']:.2e}", f"{w['grad_norm_rel']:.2e}", f"{w['params']:.2e}")
     return t
 
 
@@ -105,7 +133,12 @@ def write_plot(result: Comparison, path: Path) -> None:
         if run is not ref:
             n = min(len(run.step_losses), len(ref.step_losses))
             diff = np.abs(np.subtract(run.step_losses[:n], ref.step_losses[:n]))
-            ax_dev.semilogy(steps[:n], np.maximum(diff, 1e-12), color=c, lw=1, label=run.backend)
+            ax_dev.semilogy(steps[:n], np.maximum(diff, 1e-12), color=c, lw=0.8, alpha=0.45,
+                            label=f"{run.backend}, free run")  # fmt: skip
+            if result.lockstep is not None and run.backend in result.lockstep.loss_diff:
+                locked = np.asarray(result.lockstep.loss_diff[run.backend])
+                ax_dev.semilogy(np.arange(1, len(locked) + 1), np.maximum(locked, 1e-12),
+                                color=c, lw=1.6, label=f"{run.backend}, lockstep")  # fmt: skip
         epochs = [e["epoch"] + 1 for e in run.epochs]
         accs = [100 * (e["test_accuracy"] or 0) for e in run.epochs]
         ax_acc.plot(
@@ -123,6 +156,7 @@ def write_plot(result: Comparison, path: Path) -> None:
     )
     ax_dev.legend()
     ax_acc.set(title="test accuracy", xlabel="epoch", ylabel="%")
+    ax_acc.xaxis.get_major_locator().set_params(integer=True)
     ax_acc.legend()
     names = [r.backend for r in result.runs]
     rates = [r.samples_per_second for r in result.runs]

@@ -1,0 +1,80 @@
+"""The parity harness end to end on a small slice: free runs, lockstep, report files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from polytrain.cli import main
+from polytrain.compare import BackendRun, Tolerances, compare_runs, diff_pair
+from polytrain.recipe import Recipe
+from polytrain.testing import backends_under_test
+
+SLICE = ["--train-samples", "512", "--test-samples", "200", "--batch-size", "64", "--epochs", "1"]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
+    out = tmp_path_factory.mktemp("compare")
+    names = ",".join(backends_under_test())
+    code = main(["compare", "--backends", names, *SLICE, "--parity-steps", "6", "--out", str(out),
+                 "--quiet"])  # fmt: skip
+    return code, out
+
+
+def test_compare_writes_json_and_png(report: tuple[int, Path]) -> None:
+    code, out = report
+    assert code == 0
+    data = json.loads((out / "comparison.json").read_text())
+    assert data["runs"][0]["backend"] == data["reference"]
+    assert {r["backend"] for r in data["runs"]} == set(backends_under_test())
+    for run in data["runs"]:
+        assert len(run["step_losses"]) == 8
+        assert all(g is not None for g in run["grad_norms"])
+        assert run["epochs"][0]["test_accuracy"] is not None
+    png = (out / "comparison.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
+
+
+def test_lockstep_steps_agree_closely(report: tuple[int, Path]) -> None:
+    _, out = report
+    lock = json.loads((out / "comparison.json").read_text())["lockstep"]
+    if len(backends_under_test()) < 2:
+        assert lock is None
+        return
+    assert lock["steps"] == 6
+    for name, worst in lock["worst"].items():
+        assert worst["loss"] < 1e-5, name
+        assert worst["params"] < 1e-5, name
+
+
+def test_broken_tolerance_exits_non_zero(tmp_path: Path) -> None:
+    names = backends_under_test()
+    if len(names) < 2:
+        pytest.skip("needs two backends")
+    args = ["compare", "--backends", ",".join(names[:2]), *SLICE, "--max-steps", "2",
+            "--parity-steps", "2", "--tol-loss", "1e-15", "--out", str(tmp_path),
+            "--quiet"]  # fmt: skip
+    assert main(args) == 1
+
+
+def run(name: str, losses: list[float], acc: float) -> BackendRun:
+    epoch = {"epoch": 0, "train_loss": losses[-1], "test_accuracy": acc, "seconds": 1.0,
+             "samples_per_second": 10.0}  # fmt: skip
+    return BackendRun(name, "1", ["cpu"], {}, losses, [None] * len(losses), [epoch], 1.0, None)
+
+
+def test_divergence_step_and_accuracy_tolerance() -> None:
+    a = run("a", [1.0, 0.9, 0.8, 0.7], 0.80)
+    b = run("b", [1.0, 0.9 + 1e-6, 0.8 + 1e-3, 0.6], 0.805)
+    pair = diff_pair(a, b, Tolerances())
+    assert pair.diverged_at_step == 3
+    assert pair.test_accuracy_diff_points == pytest.approx(0.5)
+    assert np.isclose(pair.max_step_loss_diff, 0.1)
+    ok = compare_runs([a, b], Recipe(), Tolerances(test_accuracy_points=None))
+    assert ok.ok
+    strict = compare_runs([a, b], Recipe(), Tolerances(test_accuracy_points=0.2))
+    assert strict.failures == ["a vs b: final test accuracy differs by 0.50 points (tolerance 0.2)"]
