@@ -183,8 +183,16 @@ class Backend(ABC):
         (MXNet's autograd.record; grad-enabled mode elsewhere)."""
 
     @abstractmethod
-    def cross_entropy(self, logits: Tensor, labels: Tensor, reduction: str = "mean") -> Tensor:
-        """Softmax cross-entropy of integer labels shaped [N] ("mean", "sum" or "none")."""
+    def cross_entropy(
+        self,
+        logits: Tensor,
+        labels: Tensor,
+        reduction: str = "mean",
+        ignore_index: int | None = None,
+    ) -> Tensor:
+        """Softmax cross-entropy of integer labels shaped [N] or [N, 1] ("mean", "sum" or
+        "none"). Samples labelled ``ignore_index`` contribute 0 and "mean" divides by the
+        samples kept (PyTorch's rule; Paddle's own divides by all); None ignores nothing."""
 
     @abstractmethod
     def count_correct(self, logits: Tensor, labels: Tensor) -> Tensor:

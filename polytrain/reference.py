@@ -139,15 +139,19 @@ def pool2d(
     return out
 
 
-def cross_entropy(logits: np.ndarray, labels: np.ndarray, reduction: str = "mean") -> np.ndarray:
-    """Softmax cross-entropy of integer labels."""
+def cross_entropy(
+    logits: np.ndarray, labels: np.ndarray, reduction: str = "mean", ignore_index: int | None = None
+) -> np.ndarray:
+    """Softmax cross-entropy of integer labels; ignored samples count 0 and "mean" divides
+    by the samples kept (PyTorch's rule)."""
     z = logits.astype(np.float64)
     z = z - z.max(axis=1, keepdims=True)
     logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-    losses = -logp[np.arange(len(labels)), labels]
+    keep = np.ones(len(labels), bool) if ignore_index is None else labels != ignore_index
+    losses = np.where(keep, -logp[np.arange(len(labels)), np.where(keep, labels, 0)], 0.0)
     if reduction == "none":
         return losses
-    return np.asarray(losses.sum() if reduction == "sum" else losses.mean())
+    return np.asarray(losses.sum() if reduction == "sum" else losses.sum() / keep.sum())
 
 
 def mlp_gradients(

@@ -274,6 +274,17 @@ class BackendConformance:
         correct = int(backend.to_numpy(backend.count_correct(lt, yt)))
         assert correct == int((logits.argmax(1) == labels).sum())
 
+    def test_cross_entropy_ignore_index_divides_by_kept(self, backend: Backend) -> None:
+        """PyTorch's rule; Paddle's native mean divides by all samples, ignored included."""
+        rng = np.random.default_rng(1)
+        logits = rng.standard_normal((6, 10)).astype(np.float32)
+        labels = np.array([3, -100, 7, 1, -100, 0], np.int64)
+        lt, yt = backend.to_tensor(logits), backend.to_tensor(labels)
+        for reduction in ("mean", "sum", "none"):
+            got = backend.to_numpy(backend.cross_entropy(lt, yt, reduction, ignore_index=-100))
+            want = reference.cross_entropy(logits, labels, reduction, ignore_index=-100)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=reduction)
+
     def test_gradients_match_numpy(self, backend: Backend) -> None:
         spec = get_model_spec("mlp")
         model = backend.build_model(spec)

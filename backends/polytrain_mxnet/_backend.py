@@ -214,15 +214,30 @@ class MXNetBackend(Backend):
     def record(self) -> contextlib.AbstractContextManager[None]:
         return autograd.record()
 
-    def cross_entropy(self, logits: Tensor, labels: Tensor, reduction: str = "mean") -> Tensor:
+    def cross_entropy(
+        self,
+        logits: Tensor,
+        labels: Tensor,
+        reduction: str = "mean",
+        ignore_index: int | None = None,
+    ) -> Tensor:
         if reduction not in ("mean", "sum", "none"):
             raise BackendError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}.")
         # float64: MXNet's float32 log_softmax is off by up to ~15 ulp, biased (torch: ~1 ulp)
         logp = mx.nd.log_softmax(logits.astype("float64"), axis=1)
-        # pick clips out-of-range labels (checking them would need a sync)
-        losses = -mx.nd.pick(logp, labels.reshape((-1,)), axis=1)
-        if reduction != "none":
-            losses = losses.mean() if reduction == "mean" else losses.sum()
+        labels = labels.reshape((-1,))
+        if ignore_index is None:
+            # pick clips out-of-range labels (checking them would need a sync)
+            losses = -mx.nd.pick(logp, labels, axis=1)
+            if reduction != "none":
+                losses = losses.mean() if reduction == "mean" else losses.sum()
+            return losses.astype(logits.dtype)
+        keep = (labels != ignore_index).astype("float64")
+        losses = -mx.nd.pick(logp, labels * (labels != ignore_index), axis=1) * keep
+        if reduction == "sum":
+            losses = losses.sum()
+        elif reduction == "mean":  # PyTorch's rule: divide by the samples kept
+            losses = losses.sum() / keep.sum()
         return losses.astype(logits.dtype)
 
     def count_correct(self, logits: Tensor, labels: Tensor) -> Tensor:

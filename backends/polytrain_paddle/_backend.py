@@ -225,10 +225,26 @@ class PaddleBackend(Backend):
     def record(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
-    def cross_entropy(self, logits: Tensor, labels: Tensor, reduction: str = "mean") -> Tensor:
+    def cross_entropy(
+        self,
+        logits: Tensor,
+        labels: Tensor,
+        reduction: str = "mean",
+        ignore_index: int | None = None,
+    ) -> Tensor:
         if labels.ndim == 2 and labels.shape[1] == 1:  # "none" would keep [N, 1]: give [N]
             labels = labels.reshape([-1])
-        return F.cross_entropy(logits, labels, reduction=reduction)
+        if ignore_index is None:
+            return F.cross_entropy(logits, labels, reduction=reduction)
+        losses = F.cross_entropy(logits, labels, reduction="none", ignore_index=ignore_index)
+        losses = losses.reshape([-1])
+        if reduction == "none":
+            return losses
+        if reduction == "sum":
+            return losses.sum()
+        # Paddle's own mean divides by every sample, ignored ones included: divide by the kept
+        kept = (labels != ignore_index).astype(losses.dtype).sum()
+        return losses.sum() / kept
 
     def count_correct(self, logits: Tensor, labels: Tensor) -> Tensor:
         return (logits.argmax(axis=1) == labels.reshape([-1])).sum()

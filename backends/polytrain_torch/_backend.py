@@ -243,10 +243,17 @@ class TorchBackend(Backend):
     def record(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
-    def cross_entropy(self, logits: Tensor, labels: Tensor, reduction: str = "mean") -> Tensor:
+    def cross_entropy(
+        self,
+        logits: Tensor,
+        labels: Tensor,
+        reduction: str = "mean",
+        ignore_index: int | None = None,
+    ) -> Tensor:
         if labels.ndim == 2 and labels.shape[1] == 1:  # accept Paddle/MXNet-style [N, 1]
             labels = labels.reshape(-1)
-        return F.cross_entropy(logits, labels, reduction=reduction)
+        ignore = -100 if ignore_index is None else ignore_index  # -100: no valid label is
+        return F.cross_entropy(logits, labels, reduction=reduction, ignore_index=ignore)
 
     def count_correct(self, logits: Tensor, labels: Tensor) -> Tensor:
         return (logits.argmax(dim=1) == labels.reshape(-1)).sum()
