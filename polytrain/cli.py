@@ -210,6 +210,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         resume=args.resume,
         checkpoint_every=args.checkpoint_every,
         keep_checkpoints=args.keep_checkpoints,
+        tensorboard=args.tensorboard,
     )
     summary = trainer.fit()
     if summary.interrupted:
@@ -384,6 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", default=None, help="continue from a run or checkpoint directory")
     p.add_argument("--checkpoint-every", type=int, default=None, help="also save every N steps")
     p.add_argument("--keep-checkpoints", type=int, default=2, help="checkpoints kept in --out")
+    p.add_argument("--tensorboard", default=None, help="write TensorBoard event files here")
     p.set_defaults(func=cmd_train, subparser=p)
 
     p = sub.add_parser("compare", help="run one recipe on several backends and compare")

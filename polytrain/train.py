@@ -24,6 +24,7 @@ from .builtin_plugins import JsonlLogger, ProgressBar
 from .checkpoint import Checkpoint, CheckpointManager, find_checkpoint, load_checkpoint
 from .cluster import ClusterInfo
 from .cluster import resolve as resolve_cluster
+from .curves import CurvesPlot, TensorBoardLogger
 from .data import ArrayDataset, BatchLoader, load_dataset
 from .errors import ConfigError, NonFiniteLossError
 from .models import ModelSpec, get_model_spec
@@ -36,6 +37,7 @@ from .threads import resolve_threads
 from .watchdog import Watchdog
 
 METRICS_FILE = "metrics.jsonl"
+CURVES_FILE = "curves.png"
 
 
 @dataclass
@@ -77,6 +79,7 @@ class Trainer:
         resume: str | Path | None = None,
         checkpoint_every: int | None = None,
         keep_checkpoints: int = 2,
+        tensorboard: str | Path | None = None,
     ) -> None:
         self.recipe = recipe
         self.cluster = cluster_info or resolve_cluster()
@@ -91,6 +94,9 @@ class Trainer:
         self.pm.register(ProgressBar(progress), name="polytrain.progress")
         if self.out_dir is not None:
             self.pm.register(JsonlLogger(self.out_dir / METRICS_FILE), name="polytrain.metrics")
+            self.pm.register(CurvesPlot(self.out_dir / CURVES_FILE), name="polytrain.curves")
+        if tensorboard is not None:
+            self.pm.register(TensorBoardLogger(tensorboard), name="polytrain.tensorboard")
         for plugin in plugins:
             self.pm.register(plugin)
 
