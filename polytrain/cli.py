@@ -344,6 +344,28 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- doctor -------------------------------------------------------------------------------
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """What works here: imports, devices, threads, precisions, collectives."""
+    from .doctor import run_doctor, summary_rows, why_not
+    from .plugins import registered_backends
+
+    names = args.names or list(registered_backends())
+    reports = run_doctor(names, collectives=not args.no_collectives)
+    if args.json:
+        print(json.dumps(reports, indent=2))
+        return 0
+    console = _console()
+    columns = ["backend", "version", "devices", "threads", "precisions (tiny step)",
+               "2-process allreduce"]  # fmt: skip
+    console.print(_table("polytrain doctor", columns, summary_rows(reports)))
+    for line in why_not(reports):
+        console.print(f"  why not: {line}", highlight=False)
+    return 0
+
+
 # -- parser ---------------------------------------------------------------------------------
 
 
@@ -424,6 +446,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default=None, help="MXNet: this node's address")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     p.set_defaults(func=cmd_launch, subparser=p)
+
+    p = sub.add_parser("doctor", help="which backends, devices, precisions, collectives work here")
+    p.add_argument("names", nargs="*", help="backends to check (default: all registered)")
+    p.add_argument("--no-collectives", action="store_true", help="skip the 2-process check")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_doctor, subparser=p)
 
     p = sub.add_parser("env", help="rank, world size and master as this process sees them")
     p.add_argument("--explain", action="store_true", help="which source won and why")

@@ -102,14 +102,17 @@ def torchrun_command(spec: LaunchSpec) -> list[str]:
 def paddle_command(spec: LaunchSpec) -> list[str]:
     """paddle.distributed.launch; its own --log_dir writes workerlog.N."""
     cmd = python_command(spec.command)
+    entry = str(Path(__file__).with_name("launch_entry.py"))
     if cmd[:3] == [sys.executable, "-m", "polytrain"]:
-        script = [str(Path(__file__).with_name("launch_entry.py")), *cmd[3:]]
+        script = [entry, *cmd[3:]]
+    elif cmd[:2] == [sys.executable, "-m"] and len(cmd) > 2:  # python -m MODULE: via runpy
+        script = [entry, "-m", *cmd[2:]]
     elif cmd[0] == sys.executable and cmd[1].endswith(".py"):
         script = cmd[1:]
     else:
         raise ConfigError(
             "paddle.distributed.launch runs Python scripts only: "
-            "give 'polytrain ...' or a .py file."
+            "give 'polytrain ...', 'python -m MODULE ...' or a .py file."
         )
     args = [sys.executable, "-m", "paddle.distributed.launch",
             "--nnodes", str(spec.nnodes), "--nproc_per_node", str(spec.nproc_per_node),

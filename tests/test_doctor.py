@@ -1,0 +1,57 @@
+"""polytrain doctor reports, and its claims match what training actually does."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from polytrain.cli import main
+from polytrain.doctor import PRECISIONS, run_doctor
+from polytrain.errors import PolytrainError
+from polytrain.recipe import Recipe
+from polytrain.testing import backends_under_test
+from polytrain.train import Trainer
+
+
+@pytest.fixture(scope="module")
+def reports() -> dict[str, dict]:  # type: ignore[type-arg]
+    return {r["backend"]: r for r in run_doctor(backends_under_test(), collectives=False)}
+
+
+def test_doctor_reports_every_backend(reports) -> None:  # type: ignore[no-untyped-def]
+    for name in backends_under_test():
+        r = reports[name]
+        assert r["importable"], r
+        assert r["version"] and r["threads"] and r["devices"]
+        assert set(r["precisions"]) == set(PRECISIONS)
+        assert r["precisions"]["fp32"]["ok"]
+        for verdict in r["precisions"].values():
+            assert verdict["ok"] or verdict["why"]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_precision_claims_match_training(reports, precision: str) -> None:  # type: ignore[no-untyped-def]
+    for name in backends_under_test():
+        claimed = reports[name]["precisions"][precision]["ok"]
+        recipe = Recipe(train_samples=64, test_samples=32, batch_size=32, epochs=1,
+                        precision=precision)  # fmt: skip
+        try:
+            Trainer(recipe, name, progress=False).fit()
+            works = True
+        except PolytrainError:
+            works = False
+        assert works == claimed, f"{name} {precision}: doctor says {claimed}, training {works}"
+
+
+def test_doctor_collective_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["doctor", "torch", "--json"]) == 0
+    (report,) = json.loads(capsys.readouterr().out)
+    assert report["collective"]["ok"], report["collective"]
+    assert report["collective"]["engine"].startswith("torch.distributed")
+
+
+def test_unknown_backend_is_reported_not_crashed() -> None:
+    (report,) = run_doctor(["nope"], collectives=False)
+    assert report["importable"] is False
+    assert "Unknown backend 'nope'" in report["error"]
