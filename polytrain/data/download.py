@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from ..errors import DataError
+from ..fileio import fsync_dir
 from .idx import GZIP_MAGIC
 from .registry import Checksums
 
@@ -103,20 +104,6 @@ def _content_md5(path: Path, file_md5: str) -> str:
     return digest.hexdigest()
 
 
-def _fsync_dir(directory: Path) -> None:
-    """Make a rename durable; best effort (not every platform allows it)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _fetch_one(
     url: str, dest: Path, checks: Checksums, timeout: float, progress: bool | None
 ) -> None:
@@ -143,7 +130,7 @@ def _fetch_one(
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
-    _fsync_dir(dest.parent)
+    fsync_dir(dest.parent)
 
 
 def download_file(

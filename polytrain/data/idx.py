@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import os
-import tempfile
 import zlib
 from math import prod
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError, DataError
+from ..fileio import atomic_write_bytes
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -137,21 +137,6 @@ def encode_idx(array: np.ndarray) -> bytes:
     header = bytes([0, 0, code, array.ndim])
     header += b"".join(int(d).to_bytes(4, "big") for d in array.shape)
     return header + np.ascontiguousarray(array, dtype=dtype).tobytes()
-
-
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same directory, fsync, rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_idx(path: str | os.PathLike[str], array: np.ndarray, compress: bool = False) -> None:
