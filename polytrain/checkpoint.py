@@ -293,6 +293,30 @@ def find_checkpoint(path: PathLike) -> Path:
     )
 
 
+def _is_position(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(value.get(k), int) and not isinstance(value.get(k), bool) and value[k] >= 0
+        for k in ("epoch", "step", "global_step")
+    )
+
+
+# What each manifest field must hold for a reader to use it without surprises.
+_MANIFEST_TYPES: dict[str, Any] = {
+    "files": lambda v: (
+        isinstance(v, dict)
+        and isinstance(v.get(MODEL_FILE), dict)
+        and all(isinstance(e, dict) for e in v.values())
+    ),
+    "model": lambda v: isinstance(v, dict),
+    "optimizer": lambda v: v is None or (isinstance(v, dict) and isinstance(v.get("slots"), dict)),
+    "position": _is_position,
+    "recipe": lambda v: v is None or isinstance(v, dict),
+    "scaler": lambda v: v is None or isinstance(v, dict),
+    "history": lambda v: v is None or (isinstance(v, list) and all(isinstance(h, dict) for h in v)),
+    "extra": lambda v: v is None or isinstance(v, dict),
+}
+
+
 def read_manifest(directory: PathLike) -> dict[str, Any]:
     """The parsed manifest of a checkpoint directory, its format and version checked."""
     from . import __version__
@@ -318,8 +342,14 @@ def read_manifest(directory: PathLike) -> dict[str, Any]:
             f"format version {FORMAT_VERSION} at most. Upgrade polytrain: pip install -U polytrain"
         )
     missing = [k for k in ("files", "model", "optimizer", "position") if k not in manifest]
-    if missing or MODEL_FILE not in manifest["files"]:
-        raise CheckpointError(f"{file} is malformed: missing {', '.join(missing) or MODEL_FILE}.")
+    if missing:
+        raise CheckpointError(f"{file} is malformed: missing {', '.join(missing)}.")
+    wrong = [key for key, ok in _MANIFEST_TYPES.items() if not ok(manifest.get(key))]
+    if wrong:
+        raise CheckpointError(
+            f"{file} is malformed: wrong type for {', '.join(wrong)}. The checkpoint was "
+            "damaged or edited; use an earlier checkpoint."
+        )
     return manifest
 
 

@@ -26,7 +26,7 @@ from .cluster import ClusterInfo
 from .cluster import resolve as resolve_cluster
 from .curves import CurvesPlot, TensorBoardLogger
 from .data import ArrayDataset, BatchLoader, load_dataset
-from .errors import ConfigError, NonFiniteLossError
+from .errors import CheckpointError, ConfigError, NonFiniteLossError
 from .models import ModelSpec, get_model_spec
 from .plugins import get_backend, make_plugin_manager
 from .recipe import Recipe
@@ -80,12 +80,14 @@ class Trainer:
         checkpoint_every: int | None = None,
         keep_checkpoints: int = 2,
         tensorboard: str | Path | None = None,
+        fast: bool | None = None,
     ) -> None:
         self.recipe = recipe
         self.cluster = cluster_info or resolve_cluster()
         if not isinstance(backend, Backend):
             threads = resolve_threads(threads, self.cluster.local_world_size)
-            backend = get_backend(backend, options=BackendOptions(threads=threads))
+            options = BackendOptions(threads=threads, fast=fast, precision=recipe.precision)
+            backend = get_backend(backend, options=options)
         self.backend = backend
         self.out_dir = Path(out_dir) if out_dir else None
         self.spec: ModelSpec = get_model_spec(recipe.model)
@@ -266,6 +268,7 @@ class Trainer:
                         lr=self.optimizer.lr,
                         samples=result.samples,
                         grad_norm=grad_norm,
+                        extra=self.runner.mixed_precision.step_extra(result.skipped),
                     ),
                 )
                 if self._stop_signal is not None:
@@ -310,6 +313,7 @@ class Trainer:
             },
             seed=self.recipe.seed,
             recipe=self.recipe.to_dict(),
+            scaler=self.runner.mixed_precision.state_dict(),
             history=[e.to_dict() for e in self.history],
             extra={
                 "partial_epoch": asdict(self.partial),
@@ -326,11 +330,18 @@ class Trainer:
         b.set_params(self.model, checkpoint.params)
         if checkpoint.optimizer_state is not None:
             self.optimizer.load_state_dict(checkpoint.optimizer_state)
+        self.runner.mixed_precision.load_state_dict(checkpoint.scaler)
         pos = checkpoint.position
         self.epoch, self.global_step = int(pos["epoch"]), int(pos["global_step"])
         extra = checkpoint.manifest.get("extra") or {}
-        self.partial = EpochProgress(**extra.get("partial_epoch", {"step": int(pos["step"])}))
-        self.history = [EpochRecord(**h) for h in checkpoint.history or []]
+        try:
+            self.partial = EpochProgress(**extra.get("partial_epoch", {"step": int(pos["step"])}))
+            self.history = [EpochRecord(**h) for h in checkpoint.history or []]
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(
+                f"{checkpoint.path}: the training position or history in its manifest is "
+                f"malformed ({exc}); use an earlier checkpoint."
+            ) from exc
         self.last_checkpoint = checkpoint.path
 
     def evaluate(self, dataset: ArrayDataset, batch_size: int = 1000) -> float:

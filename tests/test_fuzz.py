@@ -1,0 +1,231 @@
+"""Property-based fuzzing of the inputs users hand to polytrain: IDX files, checkpoints,
+command lines. Every case either succeeds or raises polytrain's own error type: never a
+crash, a hang, a framework traceback or a partly written file.
+
+The normal run uses the ``default`` hypothesis profile (50 cases per test); the dedicated
+run is ``scripts/fuzz`` (profile ``fuzz``: 2,500 cases per test, >= 10,000 in total).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from polytrain.backend import parse_devices
+from polytrain.checkpoint import load_checkpoint, save_checkpoint
+from polytrain.cli import build_parser, main, recipe_from_args
+from polytrain.data.idx import encode_idx, parse_idx
+from polytrain.errors import PolytrainError
+from polytrain.launch import LaunchSpec
+from polytrain.models import get_model_spec
+
+SUPPRESS = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+
+
+# -- IDX files ------------------------------------------------------------------------------
+
+VALID_IDX = encode_idx(np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4))
+
+
+@st.composite
+def mutated_idx(draw: st.DrawFn) -> bytes:
+    data = bytearray(draw(st.sampled_from([VALID_IDX, gzip.compress(VALID_IDX, mtime=0)])))
+    for _ in range(draw(st.integers(0, 4))):
+        kind = draw(st.sampled_from(["flip", "truncate", "append", "header"]))
+        if kind == "flip" and data:
+            i = draw(st.integers(0, len(data) - 1))
+            data[i] = draw(st.integers(0, 255))
+        elif kind == "truncate":
+            del data[draw(st.integers(0, len(data))) :]
+        elif kind == "append":
+            data += draw(st.binary(max_size=16))
+        else:
+            data[:8] = draw(st.binary(min_size=8, max_size=8))
+    return bytes(data)
+
+
+@settings(suppress_health_check=SUPPRESS)
+@given(st.one_of(mutated_idx(), st.binary(max_size=64)))
+def test_idx_reader_fuzz(data: bytes) -> None:
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except Exception:
+            return  # the file reader turns this into DataError (tests/test_data.py)
+    try:
+        array = parse_idx(data, "fuzz.idx")
+    except PolytrainError:
+        return
+    assert array.size == int(np.prod(array.shape))
+
+
+# -- checkpoints ----------------------------------------------------------------------------
+
+SPEC = get_model_spec("mlp")
+
+
+@pytest.fixture(scope="module")
+def good_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("ck") / "good"
+    save_checkpoint(path, params=SPEC.init_params(0), spec=SPEC, model_name="mlp",
+                    position={"epoch": 1, "step": 0, "global_step": 5})  # fmt: skip
+    return path
+
+
+@st.composite
+def damage(draw: st.DrawFn) -> tuple[str, str, int, bytes]:
+    file = draw(st.sampled_from(["model.safetensors", "manifest.json"]))
+    kind = draw(st.sampled_from(["flip", "truncate", "replace", "json"]))
+    return file, kind, draw(st.integers(0, 10**6)), draw(st.binary(max_size=32))
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(suppress_health_check=SUPPRESS)
+@given(damage(), JSON_VALUES, st.booleans())
+def test_checkpoint_loader_fuzz(good_checkpoint: Path, hit, value, verify: bool) -> None:  # type: ignore[no-untyped-def]
+    file, kind, where, blob = hit
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "ck"
+        shutil.copytree(good_checkpoint, path)
+        target = path / file
+        data = bytearray(target.read_bytes())
+        if kind == "flip":
+            data[where % len(data)] ^= 1 + where % 255
+        elif kind == "truncate":
+            del data[where % len(data) :]
+        elif kind == "replace":
+            data = bytearray(blob)
+        else:
+            manifest = json.loads((path / "manifest.json").read_text())
+            keys = list(manifest)
+            manifest[keys[where % len(keys)]] = value
+            target, data = path / "manifest.json", bytearray(json.dumps(manifest).encode())
+        target.write_bytes(bytes(data))
+        before = sorted(p.name for p in path.iterdir())
+        try:
+            ck = load_checkpoint(path, spec=SPEC, verify=verify)
+            assert set(ck.params) == set(SPEC.parameter_shapes())
+        except PolytrainError:
+            pass
+        assert sorted(p.name for p in path.iterdir()) == before  # loading writes nothing
+
+
+ARRAYS = st.sampled_from(["float32", "float64", "int64", "bool", "complex64", "U3"]).flatmap(
+    lambda dt: st.lists(st.integers(0, 3), max_size=3).map(lambda shape: np.zeros(shape, dtype=dt))
+)
+
+
+@settings(suppress_health_check=SUPPRESS)
+@given(st.dictionaries(st.text(max_size=6), ARRAYS | st.integers() | st.text(max_size=4),
+                       max_size=4))  # fmt: skip
+def test_checkpoint_writer_fuzz(params) -> None:  # type: ignore[no-untyped-def]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "ck"
+        try:
+            save_checkpoint(path, params=params)
+        except PolytrainError:
+            assert not path.exists()
+        else:
+            load_checkpoint(path)
+        leftovers = [p.name for p in Path(tmp).iterdir() if p.name != "ck"]
+        assert leftovers == []
+
+
+# -- command lines --------------------------------------------------------------------------
+
+FLAGS = ["--epochs", "--batch-size", "--lr", "--momentum", "--weight-decay", "--seed",
+         "--devices", "--accumulate", "--precision", "--train-samples", "--max-steps",
+         "--val-split", "--optimizer", "--model", "--dataset", "--threads"]  # fmt: skip
+VALUES = st.one_of(
+    st.integers(-5, 10**6).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(str),
+    st.sampled_from(
+        [
+            "cpu",
+            "cpu:0",
+            "cpu:3",
+            "gpu",
+            "gpu:0,1",
+            "tpu",
+            "",
+            "bf16",
+            "fp8",
+            "lenet",
+            "vgg",
+            "adam",
+            "nope",
+            "mnist",
+            "-1",
+            "1e309",
+        ]
+    ),
+    st.text(max_size=6),
+)
+
+
+@settings(suppress_health_check=SUPPRESS)
+@given(st.lists(st.tuples(st.sampled_from(FLAGS), VALUES), max_size=6))
+def test_train_arguments_fuzz(pairs) -> None:  # type: ignore[no-untyped-def]
+    argv = ["train"] + [x for flag, value in pairs for x in (flag, value)]
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse's own usage error (exit 2)
+        assert exc.code == 2
+        return
+    try:
+        recipe = recipe_from_args(args)
+        parse_devices(recipe.devices, gpu_count=0)
+        get_model_spec(recipe.model)
+    except PolytrainError:
+        return
+
+
+@settings(suppress_health_check=SUPPRESS)
+@given(st.text(max_size=12), st.integers(-2, 5), st.integers(-2, 5), st.integers(-2, 5))
+def test_launch_arguments_fuzz(master: str, nproc: int, nnodes: int, node_rank: int) -> None:
+    with contextlib.suppress(PolytrainError):
+        LaunchSpec(
+            "torch",
+            ["true"],
+            nproc_per_node=nproc,
+            nnodes=nnodes,
+            node_rank=node_rank,
+            master=master,
+        )
+
+
+@settings(suppress_health_check=SUPPRESS, max_examples=25)
+@given(st.sampled_from(["env", "data", "backends", "convert"]),
+       st.lists(st.text(min_size=1, max_size=8).filter(lambda s: not s.startswith("-")),
+                max_size=3))  # fmt: skip
+def test_cheap_commands_fuzz(command: str, words: list[str]) -> None:
+    assume(command != "data" or all("/" not in w for w in words))
+    try:
+        code = main([command, *words])
+    except SystemExit as exc:
+        assert exc.code in (0, 2)
+        return
+    assert code in (0, 1, 2)
+
+
+def test_parser_builds() -> None:
+    assert isinstance(build_parser(), argparse.ArgumentParser)
