@@ -21,8 +21,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .errors import BackendError, CheckpointError, ConfigError
+from .functional import FunctionalOps
 from .models import ModelSpec
 from .optim import Optimizer, OptimizerConfig
+from .precision import PrecisionSupport
 from .sharding import shard_bounds
 
 Tensor = Any
@@ -64,10 +66,19 @@ class Backend(ABC):
     name: ClassVar[str]
     framework: ClassVar[str]
 
+    #: Compiled execution (hybridize, torch.compile, to_static) when BackendOptions.fast
+    #: is None: each backend's default is what measured faster here (docs/performance.md).
+    fast_default: ClassVar[bool] = False
+
     def __init__(self, options: BackendOptions | None = None) -> None:
         self.options = options or BackendOptions()
         self.world_size = 1
         self.rank = 0
+
+    @property
+    def fast(self) -> bool:
+        """Whether models are built for compiled execution (``--fast/--no-fast``)."""
+        return self.fast_default if self.options.fast is None else bool(self.options.fast)
 
     # -- identity, threads, seeds ---------------------------------------------------------
 
@@ -158,10 +169,10 @@ class Backend(ABC):
         :meth:`set_params` with ``spec.init_params(seed)`` for identical starts."""
 
     @abstractmethod
-    def get_params(self, model: Model) -> dict[str, np.ndarray]:
-        """All parameters and buffers of replica 0 as float32 numpy in the canonical
-        (PyTorch) layout and names: conv OIHW, linear [out, in], BatchNorm
-        weight/bias/running_mean/running_var (torch's unbiased running_var)."""
+    def get_params(self, model: Model, replica: int = 0) -> dict[str, np.ndarray]:
+        """All parameters and buffers of replica ``replica`` (default 0) as float32 numpy
+        in the canonical (PyTorch) layout and names: conv OIHW, linear [out, in],
+        BatchNorm weight/bias/running_mean/running_var (torch's unbiased running_var)."""
 
     @abstractmethod
     def set_params(self, model: Model, params: dict[str, np.ndarray]) -> None:
@@ -230,9 +241,25 @@ class Backend(ABC):
         grads = self.gradients(model)
         return float(np.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads.values())))
 
+    def layer_outputs(self, model: Model, x: Tensor) -> list[tuple[str, np.ndarray]]:
+        """Eval-mode forward of replica 0 returning every leaf layer's output (and each
+        residual block's), in forward order, as numpy: for inspection and for naming the
+        first layer whose output went non-finite. Optional verb."""
+        raise BackendError(f"Backend {self.name!r} cannot report per-layer outputs.")
+
     @abstractmethod
     def make_optimizer(self, model: Model, config: OptimizerConfig) -> Optimizer:
         """An optimizer over every replica applying the update rule of :mod:`polytrain.optim`."""
+
+    # -- functional ops -------------------------------------------------------------------
+
+    def functional(self) -> FunctionalOps:
+        """Tensor ops for hand-written models (d2l's scratch recipes), in PyTorch's
+        semantics: see :mod:`polytrain.functional`. Optional for third-party backends."""
+        raise BackendError(
+            f"backend {self.name} has no functional ops: implement Backend.functional() "
+            "returning a polytrain.functional.FunctionalOps, or use a built-in backend."
+        )
 
     # -- native files ---------------------------------------------------------------------
 
@@ -271,12 +298,39 @@ class Backend(ABC):
         self.allreduce([tensor], "sum")
         return [float(v) for v in self.to_numpy(tensor)]
 
+    # -- mixed precision and model parallelism (optional; see polytrain.precision) --------
+
     @contextlib.contextmanager
     def autocast(self, precision: str) -> Iterator[None]:
-        """Run the forward pass under ``precision`` ("fp32" needs no support)."""
+        """Run forward passes under ``precision`` ("fp32" needs no support): low-precision
+        matmuls and convolutions, float32 losses and parameters."""
         if precision != "fp32":
             raise BackendError(f"Backend {self.name!r} cannot train in {precision} here.")
         yield
+
+    def unscale_gradients(self, model: Model, inv_scale: float) -> bool:
+        """Multiply every replica's gradients by ``inv_scale`` in place (undoing the loss
+        scale) and return whether all of them are finite. Only fp16 needs it."""
+        raise BackendError(f"Backend {self.name!r} cannot unscale gradients (no fp16 support).")
+
+    def precision_support(self, device: Device | None = None) -> dict[str, PrecisionSupport]:
+        """Per precision, whether training works on ``device`` (default: GPU 0, else the
+        CPU) and why not; answered without training, for errors and ``polytrain doctor``."""
+        why = f"the {self.name} backend implements no mixed precision"
+        return {
+            "fp32": PrecisionSupport("fp32", True),
+            "bf16": PrecisionSupport("bf16", False, why),
+            "fp16": PrecisionSupport("fp16", False, why),
+        }
+
+    def supported_precisions(self, device: Device | None = None) -> list[str]:
+        """The precisions :meth:`precision_support` says work on ``device``."""
+        return [p for p, s in self.precision_support(device).items() if s.supported]
+
+    def copy_to(self, tensor: Tensor, device: Device) -> Tensor:
+        """``tensor`` on ``device``, differentiable: in backward its gradient flows back
+        to the source device (pipeline stages hand activations over with it)."""
+        raise BackendError(f"Backend {self.name!r} cannot move tensors between devices.")
 
 
 def parse_devices(spec: str | Sequence[str], gpu_count: int) -> list[str]:

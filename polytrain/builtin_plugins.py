@@ -35,7 +35,8 @@ class ProgressBar:
                 f"{run.model} on {run.dataset} | "
                 f"devices {','.join(run.devices)} x {run.world_size} process(es) | "
                 f"global batch {run.global_batch} ({run.per_device_batch}/device) | "
-                f"{lr_policy(run.recipe)} | threads {threads}",
+                f"{lr_policy(run.recipe)} | threads {threads} | "
+                f"{'fast (compiled)' if run.fast else 'eager'} {run.recipe.get('precision', '')}",
                 file=sys.stderr,
             )
 
@@ -106,7 +107,7 @@ class JsonlLogger:
         if self._fh is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
-        self._fh.write(json.dumps(record, sort_keys=True) + "\n")
+        self._fh.write(json.dumps(record) + "\n")
         if flush:
             self._fh.flush()
 

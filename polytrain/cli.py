@@ -136,6 +136,13 @@ def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--accumulate", type=int, default=d.accumulate, help="micro-batches per step")
     p.add_argument("--precision", default=d.precision, help="fp32, bf16, fp16")
     p.add_argument(
+        "--pipeline-split",
+        type=int,
+        default=None,
+        metavar="N",
+        help="model parallel: top-level layers [0, N) on devices[0], the rest on devices[1]",
+    )
+    p.add_argument(
         "--train-samples", type=int, default=None, help="use the first N training samples"
     )
     p.add_argument("--test-samples", type=int, default=None, help="use the first N test samples")
@@ -161,6 +168,7 @@ def recipe_from_args(args: argparse.Namespace) -> Recipe:
         devices=args.devices,
         accumulate=args.accumulate,
         precision=args.precision,
+        pipeline_split=args.pipeline_split,
         train_samples=args.train_samples,
         test_samples=args.test_samples,
         max_steps=args.max_steps,
@@ -211,7 +219,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every,
         keep_checkpoints=args.keep_checkpoints,
         tensorboard=args.tensorboard,
+        inspect=args.inspect,
+        fast=args.fast,
     )
+    rank = trainer.backend.rank  # fit() leaves the process group, which resets it
     summary = trainer.fit()
     if summary.interrupted:
         where = (
@@ -222,7 +233,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"polytrain train: {summary.stop_reason}{where}", file=sys.stderr)
         signum = trainer._stop_signal or 2
         return 128 + signum
-    if trainer.backend.rank != 0:  # rank 0 reports for the job
+    if rank != 0:  # rank 0 reports for the job
         return 0
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2))
@@ -308,7 +319,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     """Run a command on several processes through the backend's own engine."""
     from .launch import LaunchSpec, launch
 
-    command = list(args.command)
+    command = list(args.cmd)
     if command and command[0] == "--":
         command = command[1:]
     spec = LaunchSpec(
@@ -321,6 +332,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         log_dir=args.log_dir,
         num_servers=args.num_servers,
         host=args.host,
+        timeout=args.timeout,
     )
     return launch(spec)
 
@@ -366,6 +378,18 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- convert --------------------------------------------------------------------------------
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    """Convert weights between .pt, .pdparams, .params and neutral checkpoints."""
+    from .convert import convert
+
+    report = convert(args.input, args.output, args.to, model=args.model, name_map=args.map)
+    print(report.format())
+    return 0
+
+
 # -- parser ---------------------------------------------------------------------------------
 
 
@@ -396,6 +420,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_recipe_arguments(p)
     p.add_argument("--out", default=None, help="directory for metrics.jsonl and checkpoints")
+    p.add_argument(
+        "--fast",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="compiled execution (MXNet hybridize, torch.compile, Paddle to_static); default: "
+        "per backend, what measured faster (docs/performance.md)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument(
@@ -408,6 +439,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-every", type=int, default=None, help="also save every N steps")
     p.add_argument("--keep-checkpoints", type=int, default=2, help="checkpoints kept in --out")
     p.add_argument("--tensorboard", default=None, help="write TensorBoard event files here")
+    p.add_argument(
+        "--inspect",
+        default=None,
+        help="per-layer output/gradient statistics into the metrics file at these global "
+        "steps: '1,50,200' or 'every:100'",
+    )
     p.set_defaults(func=cmd_train, subparser=p)
 
     p = sub.add_parser("compare", help="run one recipe on several backends and compare")
@@ -443,8 +480,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--master", default="127.0.0.1:29500", help="HOST:PORT of node 0")
     p.add_argument("--log-dir", default=None, help="worker output in LOG_DIR/workerlog.N")
     p.add_argument("--num-servers", type=int, default=1, help="MXNet: servers per node")
-    p.add_argument("--host", default=None, help="MXNet: this node's address")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    p.add_argument(
+        "--host", default=None, help="this node's address for the others (default: routed)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="seconds for the nodes to meet and this node's workers to start",
+    )
+    # not "command": that name holds the sub-command, which error messages print
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="command", help="-- CMD [ARGS...]")
     p.set_defaults(func=cmd_launch, subparser=p)
 
     p = sub.add_parser("doctor", help="which backends, devices, precisions, collectives work here")
@@ -452,6 +498,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-collectives", action="store_true", help="skip the 2-process check")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_doctor, subparser=p)
+
+    p = sub.add_parser(
+        "convert",
+        help="convert weights: PyTorch .pt, Paddle .pdparams, MXNet .params, neutral checkpoint",
+        description="Example: polytrain convert mnist.pdparams mnist.pt --to torch. The input "
+        "format is detected from the content; see docs/porting.md.",
+    )
+    p.add_argument("input", help="a .pt/.pdparams/.params file or a checkpoint (run) directory")
+    p.add_argument("output", help="the file to write (a directory for --to neutral)")
+    p.add_argument("--to", required=True, choices=["torch", "paddle", "mxnet", "neutral"])
+    p.add_argument("--model", default=None, help="built-in model (default: detected)")
+    p.add_argument("--map", default=None, help="JSON name map for your own model")
+    p.set_defaults(func=cmd_convert, subparser=p)
 
     p = sub.add_parser("env", help="rank, world size and master as this process sees them")
     p.add_argument("--explain", action="store_true", help="which source won and why")

@@ -495,8 +495,25 @@ def resolve(env: Mapping[str, str] | None = None) -> ClusterInfo:
             skipped.append(environment.why_absent(env))
             continue
         later = [_also_present(info, other, env) for other in ENVIRONMENTS[i + 1 :]]
+        _check_launch_world(info, env)
         return replace(info, reasons=(*info.reasons, *skipped, *filter(None, later)))
     raise AssertionError("unreachable: SingleProcessEnvironment always matches")
+
+
+# Set by `polytrain launch` for every process it starts: the world size that node was asked
+# for. Launchers of different nodes given different sizes may still form a job (torchrun
+# does, with its own count); this says so instead of training a job nobody asked for.
+LAUNCH_WORLD_VAR = "POLYTRAIN_LAUNCH_WORLD_SIZE"
+
+
+def _check_launch_world(info: ClusterInfo, env: Mapping[str, str]) -> None:
+    asked = env.get(LAUNCH_WORLD_VAR, "").strip()
+    if info.role == "worker" and asked.isdigit() and int(asked) != info.world_size:
+        raise ClusterError(
+            f"Mismatched world sizes: polytrain launch on this node was asked for {asked} "
+            f"processes in all (--nnodes x --nproc-per-node), but {info.source} formed a job "
+            f"of {info.world_size}. Give every node the same --nnodes and --nproc-per-node."
+        )
 
 
 def explain(info: ClusterInfo) -> str:

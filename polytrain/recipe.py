@@ -30,6 +30,7 @@ class Recipe:
     devices: str = "cpu"
     accumulate: int = 1
     precision: str = "fp32"
+    pipeline_split: int | None = None  # first top-level layer of stage 2 (polytrain.pipeline)
     train_samples: int | None = None
     test_samples: int | None = None
     max_steps: int | None = None
@@ -54,7 +55,7 @@ class Recipe:
                 f"--batch-size {self.batch_size} cannot be cut into --accumulate "
                 f"{self.accumulate} micro-batches; the batch size is the global one."
             )
-        for name in ("train_samples", "test_samples", "max_steps"):
+        for name in ("train_samples", "test_samples", "max_steps", "pipeline_split"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {value!r}.")

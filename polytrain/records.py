@@ -26,6 +26,7 @@ class RunInfo:
     out_dir: str | None = None
     start_epoch: int = 0
     start_step: int = 0
+    fast: bool = False  # compiled execution (hybridize, torch.compile, to_static)
 
     @property
     def is_main(self) -> bool:

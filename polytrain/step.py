@@ -4,7 +4,8 @@ The global batch is cut into ``accumulate`` micro-batches, each micro-batch into
 shard per device; every shard's *summed* loss is scaled by 1/(samples of the global
 batch) before backward, gradients are summed over replicas (and processes), then one
 update. So devices x processes x micro-batches equals one device on the whole batch
-(contract 3).
+(contract 3). Under mixed precision (:mod:`polytrain.precision`) forward passes run in
+autocast, and with fp16 the loss is scaled and a step with inf/nan gradients is skipped.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 
 from .backend import Backend, Model
 from .optim import Optimizer
+from .precision import MixedPrecision
 from .sharding import shard_bounds
 
 
@@ -26,6 +28,7 @@ class StepResult:
     loss_sum: float
     correct: int
     samples: int
+    skipped: bool = False  # fp16: a gradient was inf/nan, so no update (the scale backed off)
 
 
 class StepRunner:
@@ -45,13 +48,14 @@ class StepRunner:
         self.optimizer = optimizer
         self.accumulate = accumulate
         self.precision = precision
+        self.mixed_precision = MixedPrecision(backend, precision, model.devices)
 
     def train_step(
         self, x: np.ndarray, y: np.ndarray, global_count: int | None = None
     ) -> StepResult:
         """One update from this process's part of a global batch of ``global_count``
         samples (default: ``len(x)``, a single process)."""
-        b, model = self.backend, self.model
+        b, model, mp = self.backend, self.model, self.mixed_precision
         denominator = global_count or len(x)
         self.optimizer.zero_grad()
         losses: list[Any] = []
@@ -60,22 +64,24 @@ class StepRunner:
             xs = b.split_and_load(x[lo:hi], model.devices)
             ys = b.split_and_load(y[lo:hi], model.devices)
             shard_losses = []
-            with b.record(), b.autocast(self.precision):
+            with b.record(), mp.autocast():
                 for i, (xi, yi) in enumerate(zip(xs, ys, strict=True)):
                     logits = b.forward(model, xi, replica=i, train=True)
                     shard_losses.append(b.cross_entropy(logits, yi, "sum"))
                     corrects.append(b.count_correct(logits, yi))
             for loss in shard_losses:
-                b.backward(b.scale_loss(loss, denominator))
+                b.backward(b.scale_loss(loss, denominator, mp.loss_scale))
             losses.extend(shard_losses)
         b.sync_gradients(model)
-        self.optimizer.step()
+        skipped = not mp.unscale(model)
+        if not skipped:
+            self.optimizer.step()
         loss_sum = sum(float(b.to_numpy(v)) for v in losses)
         correct = sum(int(b.to_numpy(c)) for c in corrects)
         if b.world_size > 1:  # report the global batch, as one process would
             loss_sum, total_correct, total = b.allreduce_numbers([loss_sum, correct, len(x)])
-            return StepResult(loss_sum, round(total_correct), round(total))
-        return StepResult(loss_sum, correct, len(x))
+            return StepResult(loss_sum, round(total_correct), round(total), skipped)
+        return StepResult(loss_sum, correct, len(x), skipped)
 
     def eval_batch(self, x: np.ndarray, y: np.ndarray) -> tuple[int, int]:
         """(correct, samples) of one evaluation batch, split over the devices."""
@@ -83,10 +89,11 @@ class StepRunner:
         n = min(len(x), model.num_devices)
         devices = model.devices[:n]
         xs, ys = b.split_and_load(x, devices), b.split_and_load(y, devices)
-        counts = [
-            b.count_correct(b.forward(model, xi, replica=i, train=False), yi)
-            for i, (xi, yi) in enumerate(zip(xs, ys, strict=True))
-        ]
+        with self.mixed_precision.autocast():
+            counts = [
+                b.count_correct(b.forward(model, xi, replica=i, train=False), yi)
+                for i, (xi, yi) in enumerate(zip(xs, ys, strict=True))
+            ]
         return sum(int(b.to_numpy(c)) for c in counts), len(x)
 
     def predict(self, x: np.ndarray) -> np.ndarray:

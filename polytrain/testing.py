@@ -436,6 +436,20 @@ class BackendConformance:
         for k in ref:
             np.testing.assert_allclose(got[k], ref[k], rtol=1e-4, atol=2e-5, err_msg=k)
 
+    def test_layer_outputs_follow_the_forward(self, backend: Backend) -> None:
+        """Per-layer outputs (for --inspect and NaN diagnosis) equal numpy's, by name."""
+        spec = get_model_spec("lenet")
+        model = backend.build_model(spec)
+        params = spec.init_params(seed=2)
+        backend.set_params(model, params)
+        x, _ = batch(spec, 3)
+        outputs = dict(backend.layer_outputs(model, backend.to_tensor(x)))
+        assert list(outputs) == [name for name, _ in spec.net.layers]
+        h = x.astype(np.float64)
+        for name, layer in spec.net.layers:
+            h = reference._run(layer, name, params, h)
+            np.testing.assert_allclose(outputs[name], h, rtol=1e-4, atol=FORWARD_ATOL, err_msg=name)
+
     # -- native files ------------------------------------------------------------------------
 
     def test_native_save_load(self, backend: Backend, tmp_path: Any) -> None:

@@ -27,7 +27,9 @@ from .cluster import resolve as resolve_cluster
 from .curves import CurvesPlot, TensorBoardLogger
 from .data import ArrayDataset, BatchLoader, load_dataset
 from .errors import CheckpointError, ConfigError, NonFiniteLossError
+from .inspection import inspect_record, parse_steps
 from .models import ModelSpec, get_model_spec
+from .pipeline import pipeline_backend
 from .plugins import get_backend, make_plugin_manager
 from .recipe import Recipe
 from .records import EpochRecord, RunInfo, StepRecord, Summary
@@ -81,6 +83,7 @@ class Trainer:
         keep_checkpoints: int = 2,
         tensorboard: str | Path | None = None,
         fast: bool | None = None,
+        inspect: str | None = None,
     ) -> None:
         self.recipe = recipe
         self.cluster = cluster_info or resolve_cluster()
@@ -88,6 +91,8 @@ class Trainer:
             threads = resolve_threads(threads, self.cluster.local_world_size)
             options = BackendOptions(threads=threads, fast=fast, precision=recipe.precision)
             backend = get_backend(backend, options=options)
+        if recipe.pipeline_split:  # models become two stages on devices[0] and devices[1]
+            backend = pipeline_backend(backend, recipe.pipeline_split)
         self.backend = backend
         self.out_dir = Path(out_dir) if out_dir else None
         self.spec: ModelSpec = get_model_spec(recipe.model)
@@ -129,6 +134,7 @@ class Trainer:
         self.history: list[EpochRecord] = []
         self.partial = EpochProgress()
         self.checkpoint_every = checkpoint_every
+        self.inspect_step = parse_steps(inspect)
         self.checkpoints: CheckpointManager | None = None
         if self.out_dir is not None and b.rank == 0:
             self.checkpoints = CheckpointManager(self.out_dir, keep=keep_checkpoints)
@@ -142,7 +148,7 @@ class Trainer:
     def run_info(self) -> RunInfo:
         r, b = self.recipe, self.backend
         steps = len(self.loader) if r.max_steps is None else min(r.max_steps, len(self.loader))
-        per_device = -(-r.batch_size // (b.world_size * len(self.devices) * r.accumulate))
+        per_device = -(-r.batch_size // (b.world_size * self.model.num_devices * r.accumulate))
         return RunInfo(
             backend=b.name,
             framework_version=b.version(),
@@ -156,6 +162,7 @@ class Trainer:
             rank=b.rank,
             world_size=b.world_size,
             threads=b.threads(),
+            fast=b.fast,
             recipe=r.to_dict(),
             out_dir=str(self.out_dir) if self.out_dir else None,
             start_epoch=self.epoch,
@@ -242,6 +249,10 @@ class Trainer:
             for step, (x, y) in enumerate(batches, start=p.step):
                 if r.max_steps is not None and step >= r.max_steps:
                     break
+                inspecting = self.inspect_step is not None and self.inspect_step(
+                    self.global_step + 1
+                )
+                outputs = self._layer_outputs(x) if inspecting else []
                 result = self.runner.train_step(x, y, global_count=sizes[step])
                 loss = result.loss_sum / result.samples
                 if not np.isfinite(loss):
@@ -258,6 +269,9 @@ class Trainer:
                 p.add(result)
                 self.global_step += 1
                 grad_norm = b.grad_norm(self.model) if r.grad_norm else None
+                extra = self.runner.mixed_precision.step_extra(result.skipped)
+                if inspecting:  # gradients of this step are still in place
+                    extra["inspect"] = inspect_record(outputs, b.gradients(self.model))
                 hook.polytrain_step_end(
                     run=run,
                     step=StepRecord(
@@ -268,7 +282,7 @@ class Trainer:
                         lr=self.optimizer.lr,
                         samples=result.samples,
                         grad_norm=grad_norm,
-                        extra=self.runner.mixed_precision.step_extra(result.skipped),
+                        extra=extra,
                     ),
                 )
                 if self._stop_signal is not None:
@@ -291,6 +305,12 @@ class Trainer:
             samples_per_second=p.seen / p.seconds if p.seconds else 0.0,
             steps=p.step,
         )
+
+    def _layer_outputs(self, x: np.ndarray) -> list[tuple[str, np.ndarray]]:
+        """Per-layer outputs of replica 0 for this process's batch (eval mode, the weights
+        before the step)."""
+        b = self.backend
+        return b.layer_outputs(self.model, b.to_tensor(x, self.devices[0]))
 
     # -- checkpoints ------------------------------------------------------------------------
 

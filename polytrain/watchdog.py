@@ -9,12 +9,16 @@ are atomic.
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 EXIT_CODE = 75
+BACKSTOP_SECONDS = 5.0  # Deadline: the GIL-free backstop fires this much later
 
 
 class Watchdog:
@@ -51,6 +55,58 @@ class Watchdog:
                     f"polytrain: no {self.what} progress for {idle:.0f} s after {self.where} "
                     f"(timeout {self.timeout:.0f} s); another process of the job has probably "
                     "died or hung. Exiting; the last checkpoint is intact.",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                os._exit(EXIT_CODE)
+
+
+class Deadline:
+    """Ends the process when a blocking call has not returned within ``timeout`` seconds.
+
+    For engines whose rendezvous or collectives have no timeout of their own (ps-lite;
+    Paddle's TCP store while it waits for the other ranks): a Python exception cannot
+    interrupt a call blocked in C++. One daemon thread serves every call made through
+    :meth:`__call__`, which names what is being waited for; the message names it too.
+    That thread needs the GIL: for calls that block without releasing it (Paddle's store),
+    ``holds_gil=True`` also arms :func:`faulthandler.dump_traceback_later`, whose C thread
+    prints where every thread stands and exits a few seconds later.
+    """
+
+    def __init__(self, timeout: float, engine: str, *, holds_gil: bool = False) -> None:
+        self.timeout = timeout
+        self.engine = engine
+        self.holds_gil = holds_gil
+        self._what: str | None = None
+        self._since = 0.0
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="polytrain-deadline", daemon=True)
+        self._thread.start()
+
+    @contextmanager
+    def __call__(self, what: str) -> Iterator[None]:
+        with self._lock:
+            self._what, self._since = what, time.monotonic()
+        if self.holds_gil:
+            faulthandler.dump_traceback_later(self.timeout + BACKSTOP_SECONDS, exit=True)
+        try:
+            yield
+        finally:
+            if self.holds_gil:
+                faulthandler.cancel_dump_traceback_later()
+            with self._lock:
+                self._what = None
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(min(1.0, self.timeout / 4))
+            with self._lock:
+                what, waited = self._what, time.monotonic() - self._since
+            if what is not None and waited > self.timeout:
+                print(
+                    f"polytrain: {self.engine}: {what} did not finish within "
+                    f"{self.timeout:.0f} s; another process of the job has probably died or "
+                    "cannot be reached. Exiting; the last checkpoint is intact.",
                     file=sys.stderr,
                     flush=True,
                 )

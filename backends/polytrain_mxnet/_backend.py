@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import mxnet as mx
@@ -20,14 +21,18 @@ import numpy as np
 from mxnet import autograd, gluon
 
 from polytrain.backend import Backend, Device, Model, Tensor, check_params
-from polytrain.errors import BackendError, CheckpointError
+from polytrain.errors import BackendError, CheckpointError, ClusterError
 from polytrain.fileio import atomic_path
+from polytrain.functional import FunctionalOps
 from polytrain.models import ModelSpec
 from polytrain.optim import Optimizer, OptimizerConfig
+from polytrain.precision import PRECISIONS, PrecisionSupport
 from polytrain.threads import cpu_count
 
+from . import _inspect, _precision
 from ._layers import build, hybridize
 from ._optim import MXNetOptimizer
+from ._parallel import DistSync
 
 
 def _engine_omp_threads() -> int:
@@ -70,6 +75,10 @@ class MXNetBackend(Backend):
     name = "mxnet"
     framework = "mxnet"
     native_suffix = ".params"
+
+    def __init__(self, options: Any = None) -> None:
+        super().__init__(options)
+        self._dist: DistSync | None = None  # the dist_sync kvstore, once init_distributed ran
 
     # -- identity, threads, seeds ---------------------------------------------------------
 
@@ -124,6 +133,8 @@ class MXNetBackend(Backend):
         return mx.nd.array(array, ctx=device or mx.cpu(), dtype=array.dtype)
 
     def to_numpy(self, tensor: Tensor) -> np.ndarray:
+        if _precision.is_low_precision(tensor.dtype):  # bf16 asnumpy gives raw uint16 records
+            tensor = tensor.astype("float32")
         try:
             return tensor.asnumpy()
         except mx.base.MXNetError as exc:
@@ -132,8 +143,9 @@ class MXNetBackend(Backend):
     def allreduce(self, tensors: Sequence[Tensor], op: str) -> None:
         if op not in ("sum", "mean"):
             raise BackendError(f"allreduce op must be 'sum' or 'mean', got {op!r}.")
-        if self.world_size > 1:
-            raise BackendError("MXNet allreduce across processes (kvstore dist_sync) is not wired.")
+        if self._dist is not None and self.world_size > 1:
+            self._dist.allreduce(tensors, op)  # sums the local tensors too
+            return
         ctx = tensors[0].context
         total = mx.nd.add_n(*(t.as_in_context(ctx) for t in tensors))
         if op == "mean":
@@ -142,11 +154,11 @@ class MXNetBackend(Backend):
             total.copyto(t)
 
     def broadcast(self, tensors: Sequence[Tensor], src: int = 0) -> None:
-        if self.world_size > 1:
-            raise BackendError("MXNet broadcast across processes (kvstore dist_sync) is not wired.")
         for i, t in enumerate(tensors):
             if i != src:
                 tensors[src].copyto(t)
+        if self._dist is not None and self.world_size > 1:
+            self._dist.broadcast(tensors[src], tensors)
 
     # -- models ---------------------------------------------------------------------------
 
@@ -156,7 +168,7 @@ class MXNetBackend(Backend):
         if spec is not None:
             native = build(spec.net)
             native.initialize(ctx=devices)
-            if self.options.fast:
+            if self.fast:
                 hybridize(native)
         elif isinstance(model, gluon.Block):
             native = model
@@ -181,7 +193,10 @@ class MXNetBackend(Backend):
         params = {_canonical(n): p for n, p in structural.items()}
         private: dict[str, Any] = {"params": params, "structural": structural}
         private["trainable"] = [n for n, p in params.items() if p.grad_req != "null"]
-        if len(devices) > 1:  # initialised before any backward (a Trainer races otherwise)
+        if self._dist is not None:  # keys initialised before any backward (DESIGN.md traps)
+            shapes = [params[n].shape for n in private["trainable"]]
+            private["dist_keys"] = self._dist.new_keys(shapes)
+        elif len(devices) > 1:  # initialised before any backward (a Trainer races otherwise)
             on_gpu = any(d.device_type == "gpu" for d in devices)
             kv = mx.kv.create("device" if on_gpu else "local")
             for i, name in enumerate(private["trainable"]):
@@ -189,8 +204,8 @@ class MXNetBackend(Backend):
             private["kvstore"] = kv
         return Model(native, devices, [native] * len(devices), spec, private)
 
-    def get_params(self, model: Model) -> dict[str, np.ndarray]:
-        ctx = model.devices[0]
+    def get_params(self, model: Model, replica: int = 0) -> dict[str, np.ndarray]:
+        ctx = model.devices[replica]
         params = model.private["params"].items()
         return {k: self.to_numpy(p.data(ctx)).astype(np.float32) for k, p in params}
 
@@ -225,20 +240,21 @@ class MXNetBackend(Backend):
             raise BackendError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}.")
         # float64: MXNet's float32 log_softmax is off by up to ~15 ulp, biased (torch: ~1 ulp)
         logp = mx.nd.log_softmax(logits.astype("float64"), axis=1)
+        dtype = "float64" if logits.dtype == np.float64 else "float32"  # bf16 logits: fp32 loss
         labels = labels.reshape((-1,))
         if ignore_index is None:
             # pick clips out-of-range labels (checking them would need a sync)
             losses = -mx.nd.pick(logp, labels, axis=1)
             if reduction != "none":
                 losses = losses.mean() if reduction == "mean" else losses.sum()
-            return losses.astype(logits.dtype)
+            return losses.astype(dtype)
         keep = (labels != ignore_index).astype("float64")
         losses = -mx.nd.pick(logp, labels * (labels != ignore_index), axis=1) * keep
         if reduction == "sum":
             losses = losses.sum()
         elif reduction == "mean":  # PyTorch's rule: divide by the samples kept
             losses = losses.sum() / keep.sum()
-        return losses.astype(logits.dtype)
+        return losses.astype(dtype)
 
     def count_correct(self, logits: Tensor, labels: Tensor) -> Tensor:
         predicted = mx.nd.argmax(logits, axis=1)  # float32 indices
@@ -260,16 +276,82 @@ class MXNetBackend(Backend):
         return [[params[n].grad(c) for c in model.devices] for n in model.private["trainable"]]
 
     def sync_gradients(self, model: Model) -> None:
-        if self.world_size > 1:
-            raise BackendError("MXNet gradient sync across processes (dist_sync) is not wired.")
+        if self._dist is not None and self.world_size > 1:
+            if "dist_keys" not in model.private:  # built before init_distributed
+                shapes = [p.shape for p in self._trainable_params(model)]
+                model.private["dist_keys"] = self._dist.new_keys(shapes)
+            self._dist.sum_gradients(model.private["dist_keys"], self.replica_gradients(model))
+            return
         if model.num_devices == 1:
             return
         kv = model.private["kvstore"]  # the framework's reduction; kvstore=None skips it
         for i, grads in enumerate(self.replica_gradients(model)):
             kv.pushpull(i, grads, out=grads, priority=-i)
 
+    def _trainable_params(self, model: Model) -> list[Any]:
+        return [model.private["params"][n] for n in model.private["trainable"]]
+
+    def layer_outputs(self, model: Model, x: Tensor) -> list[tuple[str, np.ndarray]]:
+        return _inspect.layer_outputs(self, model, x)
+
     def make_optimizer(self, model: Model, config: OptimizerConfig) -> Optimizer:
         return MXNetOptimizer(model, config)
+
+    # -- mixed precision and model parallelism (_precision.py) ----------------------------
+
+    @contextlib.contextmanager
+    def autocast(self, precision: str) -> Iterator[None]:
+        with _precision.autocast(precision):
+            yield
+
+    def unscale_gradients(self, model: Model, inv_scale: float) -> bool:
+        grads = [g for per_param in self.replica_gradients(model) for g in per_param]
+        return _precision.unscale(grads, inv_scale)
+
+    def precision_support(self, device: Device | None = None) -> dict[str, PrecisionSupport]:
+        device = self.try_gpu() if device is None else device
+        return {p: _precision.support(device.device_type, p) for p in PRECISIONS}
+
+    def copy_to(self, tensor: Tensor, device: Device) -> Tensor:
+        return tensor.as_in_context(device)  # recorded: the gradient flows back
+
+    # -- processes ------------------------------------------------------------------------
+
+    def init_distributed(
+        self, info: Any, devices: Sequence[Device], timeout: float = 120.0
+    ) -> None:
+        if not info.is_distributed:
+            return
+        if info.source != "dmlc" or info.role != "worker":
+            raise ClusterError(
+                f"MXNet runs several processes through its parameter server (kvstore "
+                f"dist_sync), which needs DMLC_ROLE=worker; this process came from a "
+                f"{info.source} launch (role {info.role}). Start the job with: polytrain "
+                "launch --backend mxnet --nproc-per-node N -- CMD"
+            )
+        if info.master_addr in ("127.0.0.1", "localhost"):  # ps-lite guesses an interface
+            os.environ.setdefault("DMLC_NODE_HOST", "127.0.0.1")
+        self._dist = DistSync(timeout)
+        self.rank, self.world_size = self._dist.rank, self._dist.world_size
+
+    def shutdown_distributed(self) -> None:
+        if self._dist is not None:
+            # a worker leaving on an exception skips the exit barrier: its peers never come
+            self._dist.close(barrier=sys.exc_info()[0] is None)
+            self._dist = None
+        self.rank, self.world_size = 0, 1
+
+    def allreduce_numbers(self, values: Sequence[float]) -> list[float]:
+        if self._dist is None or self.world_size == 1:
+            return [float(v) for v in values]
+        return [float(v) for v in self._dist.sum_numbers(np.asarray(values, np.float64))]
+
+    # -- functional ops -------------------------------------------------------------------
+
+    def functional(self) -> FunctionalOps:
+        from ._ops import MXNetOps
+
+        return MXNetOps(self)
 
     # -- native files ---------------------------------------------------------------------
 

@@ -30,9 +30,13 @@ class MXNetOptimizer(Optimizer):
         self.state: dict[str, list[dict[str, Any]]] = {
             n: [{} for _ in model.devices] for n, _ in self.params
         }
+        self._all_params = model.native.collect_params()  # walks the block tree: once
 
     def step(self) -> None:
         self.step_count += 1
+        if self.config.name in ("sgd", "momentum"):
+            self._fused_sgd()
+            return
         for name, p in self.params:
             decay = self.config.decay_for(name)
             for ctx, slots in zip(self.model.devices, self.state[name], strict=True):
@@ -42,17 +46,8 @@ class MXNetOptimizer(Optimizer):
                 self._update(w, g, slots)
 
     def _update(self, w: Any, g: Any, slots: dict[str, Any]) -> None:
-        cfg, lr = self.config, self.lr
-        if cfg.name == "sgd":
-            w -= lr * g
-        elif cfg.name == "momentum":
-            buf = slots.get("momentum_buffer")
-            if buf is None:
-                buf = slots["momentum_buffer"] = g.copy()
-            else:
-                buf[:] = cfg.momentum * buf + g
-            w -= lr * buf  # lr outside the buffer
-        elif cfg.name == "adagrad":
+        cfg, lr = self.config, self.lr  # sgd and momentum: _fused_sgd
+        if cfg.name == "adagrad":
             total = slots.setdefault("sum", mx.nd.zeros_like(w))
             total += g * g
             w -= lr * g / (mx.nd.sqrt(total) + cfg.epsilon)  # eps outside the sqrt
@@ -66,8 +61,29 @@ class MXNetOptimizer(Optimizer):
             denom = mx.nd.sqrt(v) / math.sqrt(1 - b2**t) + cfg.epsilon
             w -= (lr / (1 - b1**t)) * m / denom
 
+    def _fused_sgd(self) -> None:
+        """sgd and momentum with MXNet's fused sgd_update kernel, keeping torch's rule and
+        buffer exactly: ``buf - (-1) * (g + (m - 1) * buf)`` is ``m * buf + g``, then
+        ``w - lr * (buf + 0 * w)``. Two single-pass kernels per parameter instead of five
+        element-wise ops (~0.5 ms of a 2-core LeNet step; Gluon's own sgd_mom_update keeps
+        lr inside the buffer, which is not the canonical rule once lr changes)."""
+        cfg, lr = self.config, self.lr
+        for name, p in self.params:
+            decay = cfg.decay_for(name)
+            for ctx, slots in zip(self.model.devices, self.state[name], strict=True):
+                w, g = p.data(ctx), p.grad(ctx)
+                if decay:
+                    g = g + decay * w  # L2, added to the gradient as in torch
+                if cfg.name == "momentum":
+                    if "momentum_buffer" not in slots:
+                        slots["momentum_buffer"] = mx.nd.zeros_like(w)  # m * 0 + g is g
+                    buf = slots["momentum_buffer"]
+                    mx.nd.sgd_update(buf, g, lr=-1.0, wd=cfg.momentum - 1.0, out=buf)
+                    g = buf
+                mx.nd.sgd_update(w, g, lr=lr, wd=0.0, out=w)
+
     def zero_grad(self) -> None:
-        self.model.native.collect_params().zero_grad()
+        self._all_params.zero_grad()
 
     def get_slots(self) -> dict[str, dict[str, np.ndarray]]:
         names = STATE_SLOTS[self.config.name]

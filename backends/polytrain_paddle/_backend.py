@@ -15,7 +15,7 @@ import io
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +25,11 @@ from polytrain import safe_pickle
 from polytrain.backend import Backend, Device, Model, Tensor, check_params
 from polytrain.errors import BackendError, CheckpointError, ClusterError
 from polytrain.fileio import atomic_path
+from polytrain.functional import FunctionalOps
 from polytrain.models import ModelSpec
 from polytrain.optim import Optimizer, OptimizerConfig
+from polytrain.precision import PRECISIONS, PrecisionSupport
+from polytrain.watchdog import Deadline
 
 # On import paddle warns "No ccache found" and prints that OMP_NUM_THREADS > 1 is unwise;
 # polytrain sets threads on purpose (polytrain.threads), so both are dropped here.
@@ -35,7 +38,11 @@ with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()) as _st
     import paddle
     import paddle.nn.functional as F
     from paddle import nn
-from ._layers import build, canonical_layout  # these import paddle: after the quiet import
+from . import (
+    _inspect,
+    _precision,  # this and the next import paddle: after the quiet import
+)
+from ._layers import build, canonical_layout
 from ._optim import PaddleOptimizer
 
 sys.stderr.writelines(s for s in _stderr.getvalue().splitlines(True) if "OMP_NUM" not in s)
@@ -90,8 +97,9 @@ class PaddleBackend(Backend):
         paddle.seed(seed)
 
     def synchronize(self) -> None:
-        if self.gpu_count():  # paddle.device.synchronize() raises on CPU
-            paddle.device.synchronize()
+        # paddle.device.synchronize() raises on CPU, and waits only for the device named
+        for i in range(self.gpu_count()):
+            paddle.device.synchronize(paddle.CUDAPlace(i))
 
     # -- devices --------------------------------------------------------------------------
 
@@ -169,6 +177,8 @@ class PaddleBackend(Backend):
         replicas = [native] + [copy.deepcopy(native) for _ in devices[1:]]
         for replica, device in zip(replicas, devices, strict=True):
             replica.to(device=_place(device))  # a no-op where it already is
+        if self.fast:  # --fast: dygraph-to-static, in place (same parameters and names)
+            replicas = [paddle.jit.to_static(r, full_graph=True) for r in replicas]
         names = [n for n, p in native.named_parameters() if not p.stop_gradient]
         return Model(
             native=native,
@@ -182,9 +192,9 @@ class PaddleBackend(Backend):
             },
         )
 
-    def get_params(self, model: Model) -> dict[str, np.ndarray]:
+    def get_params(self, model: Model, replica: int = 0) -> dict[str, np.ndarray]:
         out = {}
-        for key, tensor in model.replicas[0].state_dict().items():
+        for key, tensor in model.replicas[replica].state_dict().items():
             canonical, transposed = model.private["layout"][key]
             value = self.to_numpy(tensor)
             out[canonical] = np.ascontiguousarray(value.T) if transposed else value
@@ -275,8 +285,30 @@ class PaddleBackend(Backend):
             return 0.0
         return float(paddle.linalg.norm(paddle.stack([paddle.linalg.norm(g) for g in grads])))
 
+    def layer_outputs(self, model: Model, x: Tensor) -> list[tuple[str, np.ndarray]]:
+        return _inspect.layer_outputs(self, model, x)
+
     def make_optimizer(self, model: Model, config: OptimizerConfig) -> Optimizer:
         return PaddleOptimizer(model, config)
+
+    # -- mixed precision and model parallelism (_precision.py) ----------------------------
+
+    @contextlib.contextmanager
+    def autocast(self, precision: str) -> Iterator[None]:
+        with _precision.autocast(precision):
+            yield
+
+    def unscale_gradients(self, model: Model, inv_scale: float) -> bool:
+        grads = [p.grad for r in model.replicas for p in r.parameters() if not p.stop_gradient]
+        return _precision.unscale(grads, inv_scale)
+
+    def precision_support(self, device: Device | None = None) -> dict[str, PrecisionSupport]:
+        device = self.try_gpu() if device is None else device
+        kind = "gpu" if isinstance(device, paddle.CUDAPlace) else "cpu"
+        return {p: _precision.support(kind, p) for p in PRECISIONS}
+
+    def copy_to(self, tensor: Tensor, device: Device) -> Tensor:
+        return _precision.CopyTo.apply(tensor, _place(device))
 
     # -- processes ------------------------------------------------------------------------
 
@@ -296,10 +328,18 @@ class PaddleBackend(Backend):
         os.environ["PADDLE_TRAINERS_NUM"] = str(info.world_size)
         os.environ["MASTER_ADDR"] = info.master_addr
         os.environ["MASTER_PORT"] = str(info.master_port)
+        if "PADDLE_TRAINER_ENDPOINTS" not in os.environ:  # not launched by paddle (srun, torchrun)
+            master = f"{info.master_addr}:{info.master_port}"  # the store's address; the rest
+            os.environ["PADDLE_TRAINER_ENDPOINTS"] = ",".join([master] * info.world_size)
+            os.environ["PADDLE_CURRENT_ENDPOINT"] = master  # is only checked to exist on CPU
         os.environ["PADDLE_PG_TIMEOUT"] = str(int(timeout * 1000))
         os.environ["FLAGS_stop_check_timeout"] = str(int(timeout))  # noqa: SIM112 - paddle flag
+        # Paddle's TCP store waits for every rank with no timeout of its own: bound it here
+        deadline = Deadline(timeout, "paddle.distributed", holds_gil=True)
+        where = f"{info.master_addr}:{info.master_port}"
         try:
-            dist.init_parallel_env()
+            with deadline(f"joining as rank {info.rank} of {info.world_size} at {where}"):
+                dist.init_parallel_env()
         except Exception as exc:
             raise ClusterError(
                 f"paddle.distributed could not join rank {info.rank} of {info.world_size} at "
@@ -314,6 +354,13 @@ class PaddleBackend(Backend):
         if self.world_size > 1 and dist.is_initialized():
             dist.destroy_process_group()
         self.rank, self.world_size = 0, 1
+
+    # -- functional ops -------------------------------------------------------------------
+
+    def functional(self) -> FunctionalOps:
+        from ._ops import PaddleOps
+
+        return PaddleOps(self)
 
     # -- native files ---------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,7 @@ from torch import nn
 from polytrain.backend import Backend, Device, Model, Tensor, check_params
 from polytrain.errors import BackendError, CheckpointError, ClusterError
 from polytrain.fileio import atomic_path
+from polytrain.functional import FunctionalOps
 from polytrain.models import (
     AvgPool2d,
     BatchNorm2d,
@@ -33,7 +34,9 @@ from polytrain.models import (
     Sequential,
 )
 from polytrain.optim import Optimizer, OptimizerConfig
+from polytrain.precision import PRECISIONS, PrecisionSupport
 
+from . import _inspect, _precision
 from ._optim import TorchOptimizer
 
 _SKIP = ("num_batches_tracked",)
@@ -103,6 +106,12 @@ def _strip_prefix(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+def _on_distinct_gpus(tensors: Sequence[torch.Tensor]) -> bool:
+    """One tensor per GPU: torch.cuda.comm's reduce/broadcast apply (NCCL when present)."""
+    devices = [t.device for t in tensors]
+    return all(d.type == "cuda" for d in devices) and len(set(devices)) == len(devices)
+
+
 class TorchBackend(Backend):
     name = "torch"
     framework = "torch"
@@ -125,8 +134,9 @@ class TorchBackend(Backend):
         torch.manual_seed(seed)
 
     def synchronize(self) -> None:
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
+        if torch.cuda.is_available():  # every GPU: synchronize() waits for the current one
+            for i in range(torch.cuda.device_count()):
+                torch.cuda.synchronize(i)
 
     # -- devices --------------------------------------------------------------------------
 
@@ -153,15 +163,23 @@ class TorchBackend(Backend):
         return tensor if device is None or device.type == "cpu" else tensor.to(device)
 
     def to_numpy(self, tensor: Tensor) -> np.ndarray:
+        if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16
+            tensor = tensor.float()
         return tensor.detach().cpu().numpy().copy()
 
     def allreduce(self, tensors: Sequence[Tensor], op: str) -> None:
         if op not in ("sum", "mean"):
             raise BackendError(f"allreduce op must be 'sum' or 'mean', got {op!r}.")
         with torch.no_grad():
-            total = tensors[0].clone()
-            for t in tensors[1:]:
-                total.add_(t.to(total.device))
+            gpus = _on_distinct_gpus(tensors)
+            if gpus:  # untested here (no GPU): torch.cuda.comm, NCCL when available
+                from torch.cuda import comm
+
+                total = comm.reduce_add(list(tensors), tensors[0].device.index)
+            else:  # emulated cpu:K devices: an ordinary reduction in host memory
+                total = tensors[0].clone()
+                for t in tensors[1:]:
+                    total.add_(t.to(total.device))
             count = len(tensors)
             if self.world_size > 1:
                 import torch.distributed as dist
@@ -170,6 +188,10 @@ class TorchBackend(Backend):
                 count *= self.world_size
             if op == "mean":
                 total.div_(count)
+            if gpus and len(tensors) > 1:
+                tensors[0].copy_(total)
+                comm.broadcast(tensors[0], out=list(tensors[1:]))
+                return
             for t in tensors:
                 t.copy_(total)
 
@@ -206,14 +228,20 @@ class TorchBackend(Backend):
             devices=devices,
             replicas=replicas,
             spec=spec,
-            private={"names": names, "training": [None] * len(devices)},
+            private={
+                "names": names,
+                "training": [None] * len(devices),
+                # --fast: torch.compile (compiles at the first call; off by default, it did
+                # not pay for LeNet on a 2-core CPU: docs/performance.md)
+                "run": [torch.compile(r) for r in replicas] if self.fast else replicas,
+            },
         )
 
     def _state(self, module: nn.Module) -> dict[str, torch.Tensor]:
         return {k: v for k, v in module.state_dict().items() if not k.endswith(_SKIP)}
 
-    def get_params(self, model: Model) -> dict[str, np.ndarray]:
-        return {k: self.to_numpy(v) for k, v in self._state(model.replicas[0]).items()}
+    def get_params(self, model: Model, replica: int = 0) -> dict[str, np.ndarray]:
+        return {k: self.to_numpy(v) for k, v in self._state(model.replicas[replica]).items()}
 
     def set_params(self, model: Model, params: dict[str, np.ndarray]) -> None:
         expected = self._state(model.replicas[0])
@@ -234,7 +262,8 @@ class TorchBackend(Backend):
         return module
 
     def forward(self, model: Model, x: Tensor, *, replica: int = 0, train: bool = False) -> Tensor:
-        module = self._set_mode(model, replica, train)
+        self._set_mode(model, replica, train)
+        module = model.private["run"][replica]
         if train:
             return module(x)
         with torch.no_grad():
@@ -280,8 +309,29 @@ class TorchBackend(Backend):
             torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
         )
 
+    def layer_outputs(self, model: Model, x: Tensor) -> list[tuple[str, np.ndarray]]:
+        return _inspect.layer_outputs(self, model, x)
+
     def make_optimizer(self, model: Model, config: OptimizerConfig) -> Optimizer:
         return TorchOptimizer(model, config)
+
+    # -- mixed precision and model parallelism (_precision.py) ----------------------------
+
+    @contextlib.contextmanager
+    def autocast(self, precision: str) -> Iterator[None]:
+        with _precision.autocast(precision):
+            yield
+
+    def unscale_gradients(self, model: Model, inv_scale: float) -> bool:
+        grads = [p.grad for replica in model.replicas for p in replica.parameters()]
+        return _precision.unscale(grads, inv_scale)
+
+    def precision_support(self, device: Device | None = None) -> dict[str, PrecisionSupport]:
+        kind = torch.device(self.try_gpu() if device is None else device).type
+        return {p: _precision.support(kind, p) for p in PRECISIONS}
+
+    def copy_to(self, tensor: Tensor, device: Device) -> Tensor:
+        return tensor.to(device)  # differentiable (ToCopyBackward)
 
     # -- processes ------------------------------------------------------------------------
 
@@ -324,6 +374,13 @@ class TorchBackend(Backend):
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
         self.rank, self.world_size = 0, 1
+
+    # -- functional ops -------------------------------------------------------------------
+
+    def functional(self) -> FunctionalOps:
+        from ._ops import TorchOps
+
+        return TorchOps(self)
 
     # -- native files ---------------------------------------------------------------------
 

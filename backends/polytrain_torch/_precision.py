@@ -1,0 +1,84 @@
+"""Mixed precision on PyTorch: ``torch.autocast`` and the fused unscale of ``torch.amp``.
+
+Parameters stay float32; autocast runs convolutions and matmuls in the low precision and
+keeps the loss in float32. The dynamic loss scale is polytrain's (framework-free, in
+:mod:`polytrain.precision`); here are only the framework's parts of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from polytrain.precision import PrecisionSupport, cpu_flags
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@contextlib.contextmanager
+def autocast(precision: str) -> Iterator[None]:
+    """Autocast on the CPU, and on CUDA too when there is one (a model may span both)."""
+    dtype = DTYPES[precision]
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.autocast("cpu", dtype=dtype))
+        if torch.cuda.is_available():
+            stack.enter_context(torch.autocast("cuda", dtype=dtype))
+        yield
+
+
+def unscale(grads: Sequence[torch.Tensor | None], inv_scale: float) -> bool:
+    """Multiply the gradients by ``inv_scale`` in place; True if all are finite. One fused
+    kernel and one flag per device (GradScaler's own op), one host sync at the end."""
+    by_device: dict[torch.device, list[torch.Tensor]] = {}
+    for g in grads:
+        if g is not None:
+            by_device.setdefault(g.device, []).append(g)
+    flags = []
+    for device, group in by_device.items():
+        found_inf = torch.zeros(1, device=device)
+        inv = torch.full((1,), inv_scale, dtype=torch.float32, device=device)
+        torch._amp_foreach_non_finite_check_and_unscale_(group, found_inf, inv)
+        flags.append(found_inf.to("cpu"))
+    return not any(bool(f.item()) for f in flags)
+
+
+@functools.cache
+def support(device_type: str, precision: str) -> PrecisionSupport:
+    """Measured: a small convolution and dense layer forward and backward under autocast on
+    ``device_type`` ("cpu" or "cuda") must compute in the low precision."""
+    if precision == "fp32":
+        return PrecisionSupport("fp32", True)
+    dtype = DTYPES[precision]
+    try:
+        device = torch.device(device_type)
+        x = torch.randn(2, 1, 8, 8, device=device)
+        w = torch.randn(4, 1, 3, 3, device=device, requires_grad=True)
+        v = torch.randn(10, 144, device=device, requires_grad=True)
+        with torch.autocast(device_type, dtype=dtype):
+            h = F.conv2d(x, w)
+            out = F.linear(h.flatten(1), v)
+        out.float().sum().backward()
+    except Exception as exc:  # the framework's refusal is the reason
+        return PrecisionSupport(precision, False, f"torch autocast failed: {exc}")
+    if h.dtype != dtype or out.dtype != dtype:
+        return PrecisionSupport(
+            precision, False, f"torch autocast on {device_type} left {h.dtype} (would be fp32)"
+        )
+    return PrecisionSupport(precision, True, _note(device_type, precision))
+
+
+def _note(device_type: str, precision: str) -> str:
+    if device_type != "cpu":
+        return "with a dynamic loss scale" if precision == "fp16" else ""
+    flags = cpu_flags()
+    if precision == "fp16":
+        fast = {"avx512_fp16", "amx_fp16"} & flags
+        return "with a dynamic loss scale" + (
+            "" if fast else "; slow on this CPU (no fp16 matmul instructions): ~3-4x fp32 time"
+        )
+    native = sorted({"avx512_bf16", "amx_bf16"} & flags)
+    return f"CPU has {', '.join(native)}" if native else "emulated on this CPU (no bf16 units)"

@@ -1,0 +1,1 @@
+"""Benchmarks: polytrain against hand-written native loops (``python -m benchmarks.run``)."""

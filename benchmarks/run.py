@@ -1,0 +1,231 @@
+"""polytrain against hand-written native loops: ``python -m benchmarks.run [--quick]``.
+
+For each backend, one worker process (threads fixed before the framework is imported)
+trains the same LeNet/Fashion-MNIST workload through polytrain's Trainer and through
+that framework's idiomatic loop (``benchmarks/native_<framework>.py``), alternating
+ABBA over the repetitions after one discarded round, and reports samples/s (median and
+spread), the ratio polytrain/native (median of the per-repetition ratios, so a drift of
+the machine hits both loops alike), the achieved GFLOP/s against the machine's measured
+matmul peak, and the last loss of each loop (the same weights and batches give the same
+loss: the two loops did the same work).
+
+Timings on a shared machine are noisy: read the spread, and take figures on a quiet one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+BACKENDS = ("torch", "paddle", "mxnet")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="few steps: a sanity run")
+    parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="timed rounds (default 7, quick 5)"
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="timed steps (default 100, quick 12)"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=None, help="untimed steps (default 10, quick 3)"
+    )
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument(
+        "--threads", type=int, default=None, help="per process (default: polytrain's)"
+    )
+    parser.add_argument(
+        "--fast",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="compiled execution in both loops (default: each backend's default)",
+    )
+    parser.add_argument("--json", default=None, help="also write the results to this file")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--work", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        return worker(args.worker, json.loads(args.work), args.repeats)
+
+    from polytrain.threads import resolve_threads
+
+    from .common import Workload
+
+    quick = args.quick
+    work = Workload(
+        steps=args.steps or (12 if quick else 100),
+        warmup=args.warmup or (3 if quick else 10),
+        batch_size=args.batch_size,
+        threads=resolve_threads(args.threads),
+        fast=args.fast,
+    )
+    repeats = args.repeats or (5 if quick else 7)
+    results = []
+    for name in [b.strip() for b in args.backends.split(",") if b.strip()]:
+        print(f"-- {name}: {repeats} rounds of {work.steps} steps ...", file=sys.stderr, flush=True)
+        results.append(run_worker(name, work, repeats))
+    report(results, work, repeats)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    return 0 if all("error" not in r for r in results) else 1
+
+
+def run_worker(name: str, work: Any, repeats: int) -> dict[str, Any]:
+    """One backend's measurements from a fresh process (threads set before importing)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.run",
+        "--worker",
+        name,
+        "--work",
+        json.dumps(work.to_dict()),
+        "--repeats",
+        str(repeats),
+    ]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            return dict(json.loads(line))
+    tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
+    return {"backend": name, "error": f"worker exited with {proc.returncode}: {tail}"}
+
+
+# -- the worker ------------------------------------------------------------------------------
+
+
+def worker(name: str, work_dict: dict[str, Any], repeats: int) -> int:
+    from polytrain.threads import export_thread_env
+
+    from .common import Workload
+
+    work = Workload(**work_dict)
+    export_thread_env(work.threads)  # before any framework import (DESIGN.md: threads)
+    import importlib
+
+    from polytrain import get_backend
+
+    from . import through_polytrain
+    from .common import (
+        Summary,
+        interleaved,
+        lenet,
+        load_train,
+        machine,
+        matmul_peak_gflops,
+        train_flops_per_sample,
+    )
+
+    backend = get_backend(name, threads=work.threads)  # sets the framework's own setters
+    fast = backend.fast if work.fast is None else work.fast
+    work = replace(work, fast=fast)
+    native = importlib.import_module(f"benchmarks.native_{backend.framework}")
+    x, y = load_train(work.train_samples)
+    loops = {
+        "polytrain": lambda: through_polytrain.run(name, work, x, y),
+        "native": lambda: native.run(work, x, y),
+    }
+    for run_once in loops.values():  # one discarded round: caches, allocator, kernels
+        run_once()
+    measured: dict[str, list[Any]] = {k: [] for k in loops}
+    for key in interleaved(0, repeats, list(loops)):
+        measured[key].append(loops[key]())
+    pairs = list(zip(measured["polytrain"], measured["native"], strict=True))
+    ratios = [p.samples_per_second / n.samples_per_second for p, n in pairs]
+    # CPU time of the process per sample, native / polytrain: the work each loop does,
+    # much less disturbed than wall time by other processes on a shared machine
+    cpu_ratios = [n.extra["cpu_seconds"] / p.extra["cpu_seconds"] for p, n in pairs]
+    flops = train_flops_per_sample(lenet())
+    peak = matmul_peak_gflops(work.threads)
+    out = {
+        "backend": name,
+        "framework_version": backend.version(),
+        "threads": backend.threads(),
+        "fast": fast,
+        "work": work.to_dict(),
+        "machine": machine(),
+        "train_flops_per_sample": flops,
+        "matmul_peak_gflops": peak,
+        "ratio": {"median": Summary(ratios).median, "min": min(ratios), "max": max(ratios)},
+        "cpu_ratio": {
+            "median": Summary(cpu_ratios).median,
+            "min": min(cpu_ratios),
+            "max": max(cpu_ratios),
+        },
+    }
+    for key, ms in measured.items():
+        s = Summary([m.samples_per_second for m in ms])
+        out[key] = {
+            "samples_per_second": s.values,
+            "median": s.median,
+            "spread": s.spread,
+            "iqr": s.iqr,
+            "gflops": s.median * flops / 1e9,
+            "last_loss": ms[-1].last_loss,
+        }
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+# -- the report ------------------------------------------------------------------------------
+
+
+def report(results: list[dict[str, Any]], work: Any, repeats: int) -> None:
+    ok = [r for r in results if "error" not in r]
+    print(
+        f"LeNet / Fashion-MNIST, batch {work.batch_size}, {work.steps} timed steps after "
+        f"{work.warmup} warm-up, {repeats} interleaved rounds (ABBA); samples/s: median "
+        "(± half the range); ratio: polytrain/native, median of the rounds [min, max]; "
+        "cpu ratio: the same from CPU time per sample"
+    )
+    # the machine's peak: the best matmul probe of any worker (each probes at the same threads)
+    peak = max((max(r["matmul_peak_gflops"].values()) for r in ok), default=float("nan"))
+    if ok:
+        m = ok[0]["machine"]
+        print(
+            f"machine: {m.get('cpu', '?')}, {m.get('cpus')} CPUs, load {m.get('load_average')}; "
+            f"fp32 matmul peak {peak:.0f} GFLOP/s at {work.threads} thread(s); "
+            f"{ok[0]['train_flops_per_sample'] / 1e6:.2f} MFLOP per training sample"
+        )
+    header = (
+        f"{'backend':8} {'fast':5} {'threads':8} {'polytrain':>15} {'native':>15} "
+        f"{'ratio':>6} {'[min, max]':>13} {'cpu ratio':>9} {'GFLOP/s':>8} {'% peak':>6} "
+        f"{'last loss p/n':>17}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        if "error" in r:
+            print(f"{r['backend']:8} ERROR {r['error']}")
+            continue
+        p, n, q = r["polytrain"], r["native"], r["ratio"]
+        threads = ",".join(str(v) for v in r["threads"].values())
+        span = f"[{q['min']:.2f}, {q['max']:.2f}]"
+        print(
+            f"{r['backend']:8} {('yes' if r['fast'] else 'no'):5} {threads:8} "
+            f"{_cell(p):>15} {_cell(n):>15} {q['median']:6.3f} {span:>13} "
+            f"{r['cpu_ratio']['median']:9.3f} {p['gflops']:8.1f} {100 * p['gflops'] / peak:5.1f}% "
+            f"{p['last_loss']:8.5f}/{n['last_loss']:.5f}"
+        )
+
+
+def _cell(s: dict[str, Any]) -> str:
+    return f"{s['median']:,.0f} ±{50 * s['spread']:.0f}%"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,390 @@
+"""polytrain convert: native files read without their frameworks, maps that agree with every
+backend's native files, bit-exact round trips, logits that survive conversion, and bad
+input that fails in one line with nothing written.
+
+Run ``pytest tests/test_convert.py -s -k logits`` to see the measured logit differences.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from polytrain import get_backend, get_model_spec
+from polytrain.checkpoint import save_checkpoint
+from polytrain.cli import main
+from polytrain.convert import builtin_map, load_map, read_weights, write_weights
+from polytrain.data import load_dataset
+from polytrain.errors import CheckpointError, ConfigError
+from polytrain.models import ModelSpec
+from polytrain.native_io import encode_mxnet, encode_paddle, read_mxnet, read_paddle, read_torch
+from polytrain.optim import OptimizerConfig
+from polytrain.step import StepRunner
+from polytrain.testing import backends_under_test, tiny_resnet
+
+BACKENDS = backends_under_test()
+ALL = {"torch", "paddle", "mxnet"}
+MNIST_T10K = Path(__file__).parent / "fixtures" / "mnist-t10k"
+SPECS = {"lenet": get_model_spec("lenet"), "paddle-mnist": get_model_spec("paddle-mnist"),
+         "tiny-resnet": tiny_resnet()}  # fmt: skip
+SUFFIX = {"torch": ".pt", "paddle": ".pdparams", "mxnet": ".params"}
+LOGIT_ATOL = 1e-5
+
+needs_all = pytest.mark.skipif(not set(BACKENDS) >= ALL, reason="needs all three backends")
+
+
+def random_params(spec: ModelSpec, seed: int = 1) -> dict[str, np.ndarray]:
+    """Every tensor random (running_var positive), so a mixed-up name or layout shows."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in spec.parameter_shapes().items():
+        value = rng.standard_normal(shape).astype(np.float32)
+        out[name] = np.abs(value) + 0.5 if name.endswith("running_var") else value
+    return out
+
+
+def assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
+    assert list(got) == list(want)
+    for name in want:
+        assert got[name].dtype == want[name].dtype, name
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def convert(*args: str | Path) -> int:
+    return main(["convert", *map(str, args)])
+
+
+# -- the formats, against each framework's own reader and writer ---------------------------------
+
+
+def test_torch_reader_matches_torch_load(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    t = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    state = {
+        "transposed": t.t(), "slice": t[1:3, 2:], "half": t.half(), "int8": t.to(torch.int8),
+        "bool": t > 3, "param": torch.nn.Parameter(t.clone()), "scalar": torch.tensor(7),
+        "uint16": t.to(torch.uint16),
+    }  # fmt: skip
+    torch.save(state, tmp_path / "a.pt")
+    got = read_torch(tmp_path / "a.pt")
+    want = torch.load(tmp_path / "a.pt", weights_only=True)
+    for name, tensor in want.items():
+        assert got[name].dtype == tensor.detach().numpy().dtype, name
+        np.testing.assert_array_equal(got[name], tensor.detach().numpy(), err_msg=name)
+    torch.save({"b": t.bfloat16()}, tmp_path / "b.pt")  # numpy has no bfloat16: exact float32
+    np.testing.assert_array_equal(read_torch(tmp_path / "b.pt")["b"], t.numpy())
+    # a model's own state_dict (OrderedDict with _metadata), nested in a training checkpoint
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2))
+    torch.save({"epoch": 3, "state_dict": net.state_dict()}, tmp_path / "c.pt")
+    got = read_torch(tmp_path / "c.pt")
+    assert got["1.num_batches_tracked"].dtype == np.int64
+    assert_same(got, {k: v.numpy() for k, v in net.state_dict().items()})
+
+
+class Evil:
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        import os
+
+        return os.system, ("touch pwned",)
+
+
+def test_torch_reader_refuses_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    torch.save({"w": torch.ones(2), "f": Evil()}, tmp_path / "evil.pt")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckpointError, match=r"system, which is not part of a state dict"):
+        read_torch(tmp_path / "evil.pt")
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_mxnet_format_is_byte_identical(tmp_path: Path) -> None:
+    mx = pytest.importorskip("mxnet")
+    rng = np.random.default_rng(0)
+    arrays: dict[str, np.ndarray] = {
+        "conv.weight": rng.standard_normal((2, 1, 3, 3)).astype(np.float32),
+        "i64": np.arange(3, dtype=np.int64), "f16": np.ones(4, np.float16),
+        "f64": np.ones((2, 2)), "u8": np.arange(5, dtype=np.uint8),
+    }  # fmt: skip
+    mx.nd.save(
+        str(tmp_path / "m.params"), {k: mx.nd.array(v, dtype=v.dtype) for k, v in arrays.items()}
+    )
+    assert (tmp_path / "m.params").read_bytes() == encode_mxnet(arrays)
+    assert_same(read_mxnet(tmp_path / "m.params"), arrays)
+
+
+def test_paddle_format_is_byte_identical(tmp_path: Path) -> None:
+    paddle = pytest.importorskip("paddle")
+    arrays: dict[str, np.ndarray] = {
+        "fc.weight": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "fc.bias": np.ones(3),
+    }
+    paddle.save(arrays, str(tmp_path / "p.pdparams"))
+    assert (tmp_path / "p.pdparams").read_bytes() == encode_paddle(arrays)
+    assert_same(read_paddle(tmp_path / "p.pdparams"), arrays)
+
+
+def test_reading_imports_no_framework(tmp_path: Path) -> None:
+    """.pt, .pdparams, .params and neutral are read, and the latter three written, without
+    importing torch, paddle or mxnet."""
+    params = random_params(SPECS["lenet"])
+    files = [tmp_path / "a.pdparams", tmp_path / "a.params", tmp_path / "ck"]
+    for path, fw in zip(files, ("paddle", "mxnet", "neutral"), strict=True):
+        write_weights(path, params, fw, model="lenet")
+    if "torch" in BACKENDS:
+        files.append(tmp_path / "a.pt")
+        write_weights(files[-1], params, "torch", model="lenet")
+    code = (
+        "import sys; from polytrain.convert import convert, read_weights\n"
+        f"for f in {[str(f) for f in files]!r}: read_weights(f)\n"
+        f"convert({str(files[0])!r}, {str(tmp_path / 'b.params')!r}, 'mxnet')\n"
+        "print(sorted({'torch', 'paddle', 'mxnet'} & set(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stderr
+
+
+# -- the built-in maps agree with what every backend writes and reads ----------------------------
+
+
+@pytest.mark.parametrize("spec_name", list(SPECS))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_builtin_maps_match_the_backends(backend: str, spec_name: str, tmp_path: Path) -> None:
+    b, spec = get_backend(backend), SPECS[spec_name]
+    params = random_params(spec)
+    model = b.build_model(spec)
+    b.set_params(model, params)
+    b.save_native(model, str(tmp_path / f"saved{b.native_suffix}"))
+    assert_same(read_weights(tmp_path / f"saved{b.native_suffix}", model=spec).params, params)
+
+    write_weights(tmp_path / f"ours{b.native_suffix}", params, backend, model=spec)
+    fresh = b.build_model(spec)
+    b.load_native(fresh, str(tmp_path / f"ours{b.native_suffix}"))
+    assert_same(b.get_params(fresh), params)
+    load_with_framework(backend, fresh.native, tmp_path / f"ours{b.native_suffix}")
+    assert_same(b.get_params(fresh), params)
+
+
+def load_with_framework(backend: str, native: object, path: Path) -> None:
+    """Load ``path`` with the framework's own loader, strictly."""
+    if backend == "torch":
+        import torch
+
+        native.load_state_dict(torch.load(path, weights_only=True), strict=True)  # type: ignore[attr-defined]
+    elif backend == "paddle":
+        import paddle
+
+        missing, unexpected = native.set_state_dict(paddle.load(str(path)))  # type: ignore[attr-defined]
+        assert not missing and not unexpected
+    else:
+        native.load_parameters(str(path))  # type: ignore[attr-defined]  # strict by default
+
+
+def test_builtin_maps_describe_the_layouts() -> None:
+    spec = tiny_resnet()
+    paddle, mxnet = builtin_map(spec, "paddle"), builtin_map(spec, "mxnet")
+    assert paddle.entries["fc.weight"].transpose and not paddle.entries["conv1.weight"].transpose
+    assert paddle.entries["bn1.running_var"].native == "bn1._variance"
+    assert mxnet.entries["block.body.bn2.weight"].native == "block.body.bn2.gamma"
+    assert "bn1.num_batches_tracked" in builtin_map(spec, "torch").constants
+
+
+# -- polytrain convert ---------------------------------------------------------------------------
+
+
+@needs_all
+def test_round_trip_torch_paddle_mxnet_torch_is_bit_exact(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    spec = SPECS["lenet"]
+    params = random_params(spec)
+    b = get_backend("torch")
+    model = b.build_model(spec)
+    b.set_params(model, params)
+    b.save_native(model, str(tmp_path / "start.pt"))
+    chain = [("torch", "start.pt"), ("paddle", "a.pdparams"), ("mxnet", "b.params"),
+             ("torch", "end.pt"), ("neutral", "ck"), ("paddle", "c.pdparams")]  # fmt: skip
+    for (_, src), (fw, dst) in itertools.pairwise(chain):
+        assert convert(tmp_path / src, tmp_path / dst, "--to", fw) == 0
+        assert_same(read_weights(tmp_path / dst).params, params)
+    start = torch.load(tmp_path / "start.pt", weights_only=True)
+    end = torch.load(tmp_path / "end.pt", weights_only=True)
+    assert list(start) == list(end)
+    assert all(torch.equal(start[k], end[k]) for k in start)
+    for fw, name in chain[1:4] + chain[5:]:  # each framework's own loader takes the file
+        other = get_backend(fw)
+        native = other.build_model(spec).native
+        load_with_framework(fw, native, tmp_path / name)
+
+
+def test_convert_prints_what_it_did(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = SPECS["paddle-mnist"]
+    (tmp_path / "m.params").write_bytes(encode_mxnet(random_params(spec)))
+    assert convert(tmp_path / "m.params", tmp_path / "ck", "--to", "neutral") == 0
+    out = capsys.readouterr().out
+    assert "(mxnet) ->" in out and "model paddle-mnist" in out and "6 tensors" in out
+
+
+def test_user_map_for_own_model(tmp_path: Path) -> None:
+    """A Paddle model of the user's own, named differently: the JSON map says how."""
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((784, 10)).astype(np.float32), np.zeros(10, np.float32)
+    (tmp_path / "own.pdparams").write_bytes(encode_paddle({"head.w": w, "head.b": b}))
+    mapping = {"fc.weight": {"native": "head.w", "transpose": True, "shape": [10, 784]},
+               "fc.bias": "head.b"}  # fmt: skip
+    (tmp_path / "map.json").write_text(json.dumps(mapping))
+    assert convert(tmp_path / "own.pdparams", tmp_path / "ck", "--to", "neutral",
+                   "--map", tmp_path / "map.json") == 0  # fmt: skip
+    got = read_weights(tmp_path / "ck").params
+    np.testing.assert_array_equal(got["fc.weight"], w.T)
+    assert convert(tmp_path / "ck", tmp_path / "back.pdparams", "--to", "paddle",
+                   "--map", tmp_path / "map.json") == 0  # fmt: skip
+    assert_same(read_paddle(tmp_path / "back.pdparams"), {"head.w": w, "head.b": b})
+    # from Python, and between Paddle and MXNet with one map per framework
+    two = load_map({"paddle": mapping, "mxnet": {"fc.weight": "out.weight", "fc.bias": "out.bias"}})
+    assert two["mxnet"]["fc.weight"].native == "out.weight"
+    with pytest.raises(ConfigError, match="write it as"):
+        write_weights(tmp_path / "x.params", got, "mxnet", name_map=mapping, other="paddle")
+
+
+# -- logits on the 10,000 real MNIST test digits survive conversion ------------------------------
+
+
+@pytest.fixture(scope="module")
+def mnist_t10k() -> np.ndarray:
+    return load_dataset("mnist", "test", data_dir=MNIST_T10K, download=False).x
+
+
+def train_briefly(backend: str, steps: int = 12) -> dict[str, np.ndarray]:
+    """A LeNet trained for a few steps on a Fashion-MNIST slice."""
+    data = load_dataset("fashion-mnist", "train").subset(64 * steps)
+    b, spec = get_backend(backend), SPECS["lenet"]
+    model = b.build_model(spec)
+    b.set_params(model, spec.init_params(seed=0))
+    runner = StepRunner(b, model, b.make_optimizer(model, OptimizerConfig("momentum", lr=0.05)))
+    for i in range(steps):
+        runner.train_step(data.x[64 * i : 64 * (i + 1)], data.y[64 * i : 64 * (i + 1)])
+    return b.get_params(model)
+
+
+def logits(backend: str, path: Path, x: np.ndarray) -> np.ndarray:
+    b = get_backend(backend)
+    model = b.build_model(SPECS["lenet"])
+    b.load_native(model, str(path))
+    runner = StepRunner(b, model, b.make_optimizer(model, OptimizerConfig("sgd", lr=0.1)))
+    return np.concatenate([runner.predict(x[i : i + 2000]) for i in range(0, len(x), 2000)])
+
+
+@needs_all
+def test_logits_agree_after_conversion(mnist_t10k: np.ndarray, tmp_path: Path) -> None:
+    assert len(mnist_t10k) == 10_000
+    worst: dict[tuple[str, str], float] = {}
+    largest = 0.0
+    for source in ("torch", "paddle", "mxnet"):
+        b = get_backend(source)
+        model = b.build_model(SPECS["lenet"])
+        b.set_params(model, train_briefly(source))
+        src = tmp_path / f"{source}{SUFFIX[source]}"
+        b.save_native(model, str(src))
+        reference = logits(source, src, mnist_t10k)
+        assert reference.shape == (10_000, 10) and np.ptp(reference) > 1.0  # a trained model
+        largest = max(largest, float(np.abs(reference).max()))
+        for target in ("torch", "paddle", "mxnet"):
+            if target == source:
+                continue
+            dst = tmp_path / f"{source}-to-{target}{SUFFIX[target]}"
+            assert convert(src, dst, "--to", target) == 0
+            worst[source, target] = float(np.abs(logits(target, dst, mnist_t10k) - reference).max())
+    table = "\n".join(f"  {s:>6} -> {t:<6} max |logit difference| {d:.2e}"
+                      for (s, t), d in worst.items())  # fmt: skip
+    print(f"\nLeNet trained on each framework, converted, MNIST t10k (10,000 digits, "
+          f"|logits| up to {largest:.1f}):\n{table}")  # fmt: skip
+    assert max(worst.values()) <= LOGIT_ATOL, table
+
+
+# -- bad input: one line, exit 2, nothing written -------------------------------------------------
+
+
+def lenet_files(tmp_path: Path) -> dict[str, Path]:
+    params = random_params(SPECS["lenet"])
+    files = {"paddle": tmp_path / "ok.pdparams", "mxnet": tmp_path / "ok.params"}
+    write_weights(files["paddle"], params, "paddle", model="lenet")
+    write_weights(files["mxnet"], params, "mxnet", model="lenet")
+    if "torch" in BACKENDS:
+        files["torch"] = tmp_path / "ok.pt"
+        write_weights(files["torch"], params, "torch", model="lenet")
+    return files
+
+
+def run_bad(tmp_path: Path, capsys: pytest.CaptureFixture[str], source: Path, *extra: str) -> str:
+    out = tmp_path / "out" / "result.pt"
+    before = set(tmp_path.rglob("*"))
+    assert convert(source, out, "--to", "torch", *extra) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("polytrain convert: error: ") and "\n" not in err, err
+    assert not out.exists() and set(tmp_path.rglob("*")) - before <= {out.parent}
+    assert not out.parent.exists() or not any(out.parent.iterdir())
+    return err
+
+
+@pytest.mark.parametrize("fmt", ["torch", "paddle", "mxnet"])
+def test_truncated_file(fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = lenet_files(tmp_path)
+    if fmt not in files:
+        pytest.skip("torch is not under test")
+    data = files[fmt].read_bytes()
+    files[fmt].write_bytes(data[: len(data) * 2 // 3])
+    assert "truncated" in run_bad(tmp_path, capsys, files[fmt])
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [(b"", "is empty"), (b"GIF89a....", "not a weights file"),
+     (b"PK\x03\x04 not really a zip", "truncated or corrupt"),
+     (b"\x12\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x05", "truncated")],
+)  # fmt: skip
+def test_wrong_magic(content: bytes, message: str, tmp_path: Path,
+                     capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    (tmp_path / "bad.pt").write_bytes(content)
+    assert message in run_bad(tmp_path, capsys, tmp_path / "bad.pt")
+
+
+def test_file_of_another_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_weights(tmp_path / "pm.params", random_params(SPECS["paddle-mnist"]), "mxnet",
+                  model="paddle-mnist")  # fmt: skip
+    err = run_bad(tmp_path, capsys, tmp_path / "pm.params", "--model", "lenet")
+    assert "does not match model 'lenet'" in err and "--model paddle-mnist" in err
+
+
+def test_tensor_with_the_wrong_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    params = random_params(SPECS["lenet"])
+    native = builtin_map(SPECS["lenet"], "paddle").to_native(params)
+    native["fc1.weight"] = native["fc1.weight"].T  # written in torch's layout by mistake
+    (tmp_path / "bad.pdparams").write_bytes(encode_paddle(native))
+    err = run_bad(tmp_path, capsys, tmp_path / "bad.pdparams", "--model", "lenet")
+    assert "wrong shape fc1.weight (128, 800) (expected (800, 128))" in err
+
+
+def test_newer_checkpoint_version(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ck = save_checkpoint(tmp_path / "ck", params=random_params(SPECS["lenet"]), spec=SPECS["lenet"])
+    manifest = json.loads((ck / "manifest.json").read_text())
+    (ck / "manifest.json").write_text(json.dumps({**manifest, "format_version": 99}))
+    assert "format version 99" in run_bad(tmp_path, capsys, ck)
+
+
+def test_writing_pt_without_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now fails
+    with pytest.raises(CheckpointError, match=r"pip install 'polytrain\[torch\]'.*--to neutral"):
+        write_weights(tmp_path / "a.pt", random_params(SPECS["lenet"]), "torch", model="lenet")
+    assert not list(tmp_path.iterdir())
+
+
+def test_bad_map(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = lenet_files(tmp_path)
+    (tmp_path / "map.json").write_text('{"fc1.weight": {"nativ": "x"}}')
+    err = run_bad(tmp_path, capsys, files["mxnet"], "--map", str(tmp_path / "map.json"))
+    assert "entry 'fc1.weight'" in err
