@@ -93,8 +93,10 @@ class LaunchSpec:
 
 
 def python_command(command: Sequence[str]) -> list[str]:
-    """``polytrain ...`` and ``script.py ...`` run with this interpreter."""
+    """``polytrain ...``, ``python ...`` and ``script.py ...`` run with this interpreter."""
     cmd = list(command)
+    if cmd and cmd[0] in ("python", "python3"):
+        return [sys.executable, *cmd[1:]]
     if cmd and cmd[0] == "polytrain":
         return [sys.executable, "-m", "polytrain", *cmd[1:]]
     if cmd and cmd[0].endswith(".py"):

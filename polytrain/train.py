@@ -113,35 +113,43 @@ class Trainer:
         self.watchdog: Watchdog | None = None
         if self.cluster.is_distributed:
             b.init_distributed(self.cluster, self.devices, timeout)
-        self.model = b.build_model(self.spec, self.devices)
-        b.set_params(self.model, self.spec.init_params(recipe.seed))
-        b.seed(recipe.seed)
-        self.optimizer = b.make_optimizer(self.model, recipe.optimizer_config())
-        self.runner = StepRunner(
-            b, self.model, self.optimizer, accumulate=recipe.accumulate, precision=recipe.precision
-        )
-        self.loader = BatchLoader(
-            self.data.train,
-            recipe.batch_size,
-            seed=recipe.seed,
-            drop_last=recipe.drop_last,
-            rank=b.rank,
-            world_size=b.world_size,
-            prefetch=2,
-        )
-        self.epoch = 0
-        self.global_step = 0
-        self.history: list[EpochRecord] = []
-        self.partial = EpochProgress()
-        self.checkpoint_every = checkpoint_every
-        self.inspect_step = parse_steps(inspect)
-        self.checkpoints: CheckpointManager | None = None
-        if self.out_dir is not None and b.rank == 0:
-            self.checkpoints = CheckpointManager(self.out_dir, keep=keep_checkpoints)
-        self.last_checkpoint: Path | None = None
-        self._stop_signal: int | None = None
-        if resume is not None:
-            self.restore(load_checkpoint(find_checkpoint(resume), spec=self.spec))
+        try:  # a rank that fails after joining must leave, or its peers wait for it
+            self.model = b.build_model(self.spec, self.devices)
+            b.set_params(self.model, self.spec.init_params(recipe.seed))
+            b.seed(recipe.seed)
+            self.optimizer = b.make_optimizer(self.model, recipe.optimizer_config())
+            self.runner = StepRunner(
+                b,
+                self.model,
+                self.optimizer,
+                accumulate=recipe.accumulate,
+                precision=recipe.precision,
+            )
+            self.loader = BatchLoader(
+                self.data.train,
+                recipe.batch_size,
+                seed=recipe.seed,
+                drop_last=recipe.drop_last,
+                rank=b.rank,
+                world_size=b.world_size,
+                prefetch=2,
+            )
+            self.epoch = 0
+            self.global_step = 0
+            self.history: list[EpochRecord] = []
+            self.partial = EpochProgress()
+            self.checkpoint_every = checkpoint_every
+            self.inspect_step = parse_steps(inspect)
+            self.checkpoints: CheckpointManager | None = None
+            if self.out_dir is not None and b.rank == 0:
+                self.checkpoints = CheckpointManager(self.out_dir, keep=keep_checkpoints)
+            self.last_checkpoint: Path | None = None
+            self._stop_signal: int | None = None
+            if resume is not None:
+                self.restore(load_checkpoint(find_checkpoint(resume), spec=self.spec))
+        except BaseException:
+            b.shutdown_distributed()
+            raise
 
     # -- run --------------------------------------------------------------------------------
 

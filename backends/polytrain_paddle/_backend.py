@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from polytrain import safe_pickle
 from polytrain.backend import Backend, Device, Model, Tensor, check_params
 from polytrain.errors import BackendError, CheckpointError, ClusterError
 from polytrain.fileio import atomic_path
 from polytrain.functional import FunctionalOps
 from polytrain.models import ModelSpec
+from polytrain.native_io import read_paddle
 from polytrain.optim import Optimizer, OptimizerConfig
 from polytrain.precision import PRECISIONS, PrecisionSupport
 from polytrain.watchdog import Deadline
@@ -369,22 +369,10 @@ class PaddleBackend(Backend):
             paddle.save(model.replicas[0].state_dict(), tmp)
 
     def load_native(self, model: Model, path: str) -> None:
-        state = safe_pickle.load(path)  # a .pdparams is a pickle: never paddle.load
-        if not isinstance(state, dict):
-            raise CheckpointError(f"{path} holds a {type(state).__name__}, not a state dict.")
-        try:  # paddle.save with pickle protocol 2/3 cuts arrays over 1 GiB into slices
-            for key, info in state.pop("UnpackBigParamInfor@@", {}).items():
-                parts = [state.pop(name) for name in info["slices"]]
-                state[key] = np.concatenate(parts).reshape(info["OriginShape"])
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise CheckpointError(f"{path}: corrupt sliced-array table: {exc!r}") from exc
+        state = read_paddle(path)  # a .pdparams is a pickle: never paddle.load
         layout = model.private["layout"]
         params = {}
         for key, value in state.items():
-            if key.endswith("@@"):  # paddle.save's name table, not a tensor
-                continue
-            if not isinstance(value, np.ndarray) or value.dtype.kind not in "fiub":
-                raise CheckpointError(f"{path}: entry {key!r} is not a numeric array.")
             canonical, transposed = layout.get(key, (key, False))
             params[canonical] = value.T if transposed else value
         try:
