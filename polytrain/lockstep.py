@@ -33,12 +33,14 @@ class LockstepResult:
     loss_diff: dict[str, list[float]] = field(default_factory=dict)
     grad_norm_rel_diff: dict[str, list[float]] = field(default_factory=dict)
     param_diff: dict[str, list[float]] = field(default_factory=dict)
+    eval_logit_diff: dict[str, float] = field(default_factory=dict)
 
     def worst(self, backend: str) -> dict[str, float]:
         return {
             "loss": max(self.loss_diff[backend], default=0.0),
             "grad_norm_rel": max(self.grad_norm_rel_diff[backend], default=0.0),
             "params": max(self.param_diff[backend], default=0.0),
+            "eval_logits": self.eval_logit_diff.get(backend, 0.0),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -59,6 +61,11 @@ class _Runner:
         self.model = backend.build_model(spec, backend.devices(recipe.devices))
         self.optimizer = backend.make_optimizer(self.model, recipe.optimizer_config())
         self.runner = StepRunner(backend, self.model, self.optimizer, accumulate=recipe.accumulate)
+
+    def eval_logits(self, params: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+        b = self.backend
+        b.set_params(self.model, params)
+        return b.to_numpy(b.forward(self.model, b.to_tensor(x, self.model.devices[0])))
 
     def step_from(
         self, params: dict[str, np.ndarray], opt_state: dict[str, Any] | None, x: np.ndarray,
@@ -117,4 +124,10 @@ def lockstep(
                 break
         epoch += 1
     result.steps = done
+    # eval mode (BatchNorm from running statistics) from the reference's final state
+    x_eval = train.x[: min(len(train), recipe.batch_size)]
+    ref_logits = runners[reference].eval_logits(params, x_eval)
+    for name in backends[1:]:
+        logits = runners[name].eval_logits(params, x_eval)
+        result.eval_logit_diff[name] = float(np.max(np.abs(logits - ref_logits)))
     return result
