@@ -445,7 +445,8 @@ def resnet18(num_classes: int = 10, in_channels: int = 1) -> ModelSpec:
         ),
         input_shape=(in_channels, 28, 28),
         num_classes=num_classes,
-        init="kaiming_normal",
+        init="normal",  # the seed's init_weights: N(0, 0.01) for every conv and linear
+        init_std=0.01,
         description="d2l ResNet-18 variant with BatchNorm (1.1e7 parameters)",
     )
 
