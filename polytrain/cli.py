@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .errors import PolytrainError
+from .errors import ConfigError, PolytrainError
 from .recipe import Recipe
 
 Command = Callable[[argparse.Namespace], int]
@@ -130,7 +130,13 @@ def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer", default=d.optimizer, help="sgd, momentum, adagrad, adam")
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--momentum", type=float, default=d.momentum)
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="L2, all layers")
+    p.add_argument(
+        "--layer-weight-decay",
+        default=None,
+        metavar="LAYER=L2,...",
+        help="L2 per layer (name prefix), e.g. fc1=0.01,conv1=0; overrides --weight-decay there",
+    )
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--devices", default=d.devices, help="cpu, cpu:N (emulated), gpu, gpu:0,1")
     p.add_argument("--accumulate", type=int, default=d.accumulate, help="micro-batches per step")
@@ -154,6 +160,24 @@ def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grad-norm", action="store_true", help="record the gradient norm per step")
 
 
+def parse_layer_decay(text: str | None) -> dict[str, float]:
+    """``fc1=0.01,conv1=0`` -> {"fc1": 0.01, "conv1": 0.0}."""
+    if not text:
+        return {}
+    out = {}
+    for item in text.split(","):
+        name, sep, value = item.partition("=")
+        try:
+            if not sep or not name.strip():
+                raise ValueError
+            out[name.strip()] = float(value)
+        except ValueError:
+            raise ConfigError(
+                f"--layer-weight-decay {text!r}: give LAYER=VALUE pairs, e.g. fc1=0.01,conv1=0."
+            ) from None
+    return out
+
+
 def recipe_from_args(args: argparse.Namespace) -> Recipe:
     return Recipe(
         model=args.model,
@@ -164,6 +188,7 @@ def recipe_from_args(args: argparse.Namespace) -> Recipe:
         lr=args.lr,
         momentum=args.momentum,
         weight_decay=args.weight_decay,
+        per_layer_weight_decay=parse_layer_decay(args.layer_weight_decay),
         seed=args.seed,
         devices=args.devices,
         accumulate=args.accumulate,

@@ -131,7 +131,10 @@ def train_command(backend: str, recipe: Recipe, out_dir: Path, threads: int | No
     cmd = [sys.executable, "-m", "polytrain", "train", "--backend", backend, "--out", str(out_dir)]
     defaults = Recipe()
     for key, value in recipe.to_dict().items():
-        if value == getattr(defaults, key) or value is None or key == "per_layer_weight_decay":
+        if value == getattr(defaults, key) or value is None:
+            continue
+        if key == "per_layer_weight_decay":
+            cmd += ["--layer-weight-decay", ",".join(f"{k}={v}" for k, v in value.items())]
             continue
         flag = "--" + key.replace("_", "-")
         if isinstance(value, bool):

@@ -56,6 +56,9 @@ class OptimizerConfig:
             raise ConfigError(f"Learning rate must be a positive number, got {self.lr!r}.")
         if self.weight_decay < 0 or not math.isfinite(self.weight_decay):
             raise ConfigError(f"Weight decay must be >= 0, got {self.weight_decay!r}.")
+        for layer, decay in self.per_layer_weight_decay.items():
+            if not (decay >= 0 and math.isfinite(decay)):
+                raise ConfigError(f"Weight decay of layer {layer!r} must be >= 0, got {decay!r}.")
         if self.name == "momentum" and not 0 <= self.momentum < 1:
             raise ConfigError(f"Momentum must be in [0, 1), got {self.momentum!r}.")
 

@@ -386,6 +386,28 @@ class BackendConformance:
                     value, slots[k][slot], rtol=1e-4, atol=2e-5, err_msg=f"{k}.{slot}"
                 )
 
+    @pytest.mark.parametrize("name", ["sgd", "momentum"])
+    def test_per_layer_weight_decay(self, backend: Backend, name: str) -> None:
+        """L2 per layer (Paddle seed's per-layer regularisation): prefix match, numpy's rule."""
+        spec = get_model_spec("mlp")
+        config = OptimizerConfig(name=name, lr=0.1, weight_decay=0.01,
+                                 per_layer_weight_decay={"fc1": 0.5, "fc2.bias": 0.0})  # fmt: skip
+        model = backend.build_model(spec)
+        params = spec.init_params(seed=11)
+        backend.set_params(model, params)
+        opt = backend.make_optimizer(model, config)
+        ref = {k: v.astype(np.float64) for k, v in params.items()}
+        slots: dict[str, dict[str, np.ndarray]] = {}
+        x, y = batch(spec, 8)
+        opt.zero_grad()
+        loss_and_grads(backend, model, x, y)
+        opt.step()
+        grads = reference.mlp_gradients(spec, params, x, y)
+        numpy_step(config, ref, grads, slots, 0)
+        got = backend.get_params(model)
+        for k in ref:
+            np.testing.assert_allclose(got[k], ref[k], rtol=1e-4, atol=2e-5, err_msg=k)
+
     @pytest.mark.parametrize("name", ["momentum", "adam", "adagrad"])
     def test_optimizer_state_round_trip(self, backend: Backend, name: str) -> None:
         spec = get_model_spec("mlp")
