@@ -47,7 +47,7 @@ class Workload:
     lr: float = 0.05
     momentum: float = 0.9
     seed: int = 0
-    threads: int = 2
+    threads: int | None = None  # per process; None: each backend's default
     fast: bool | None = None  # None: the backend's default
     precision: str = "fp32"
 
@@ -214,8 +214,9 @@ def _layer_flops(layer: Layer, shape: tuple[int, ...]) -> tuple[int, tuple[int, 
 
 
 def matmul_peak_gflops(threads: int, n: int = 1024, repeats: int = 7) -> dict[str, float]:
-    """Best-of-``repeats`` float32 matmul throughput (GFLOP/s) of numpy's BLAS and, if
-    installed, torch's, at ``threads`` threads: the machine's practical peak."""
+    """Best-of-``repeats`` float32 matmul throughput (GFLOP/s) of numpy's BLAS (its own
+    thread count) and, if installed, torch's at ``threads`` threads: with every core,
+    the machine's practical peak."""
     out = {}
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, n), dtype=np.float32)

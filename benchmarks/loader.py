@@ -33,9 +33,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return worker(args.worker, work)
 
-    from polytrain.threads import export_thread_env, resolve_threads
-
-    export_thread_env(resolve_threads(None))
     print("loader alone (numpy, batch 256, one epoch of 60,000 samples):")
     for prefetch in (0, 2):
         rate = loader_alone(prefetch, epochs=1 if args.quick else 3)
@@ -75,9 +72,6 @@ def loader_alone(prefetch: int, epochs: int) -> float:
 
 
 def worker(name: str, work: Any) -> int:
-    from polytrain.threads import export_thread_env
-
-    export_thread_env(work.threads)
     from polytrain.data import loader as loader_module
 
     from . import through_polytrain

@@ -21,7 +21,8 @@ def lenet() -> nn.Sequential:
 
 
 def run(work: Workload, x: np.ndarray, y: np.ndarray) -> Measurement:
-    torch.set_num_threads(work.threads)
+    if work.threads:
+        torch.set_num_threads(work.threads)
     net = lenet()
     with torch.no_grad():
         for p, w in zip(net.parameters(), initial_weights(work.seed), strict=True):

@@ -24,9 +24,12 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def resolve_threads(requested: int | None = None, local_processes: int = 1) -> int:
+def resolve_threads(
+    requested: int | None = None, local_processes: int = 1, reserve: int = 0
+) -> int:
     """Threads per process: the request, else ``$POLYTRAIN_THREADS``, else
-    ``$OMP_NUM_THREADS``, else the CPUs divided among the processes of this node."""
+    ``$OMP_NUM_THREADS``, else the CPUs divided among the processes of this node, less
+    ``reserve`` for threads the framework runs besides its pool (MXNet's engine)."""
     if requested is None:
         text = os.environ.get("POLYTRAIN_THREADS") or os.environ.get("OMP_NUM_THREADS")
         if text:
@@ -35,7 +38,7 @@ def resolve_threads(requested: int | None = None, local_processes: int = 1) -> i
             except ValueError:
                 raise ConfigError(f"Thread count must be an integer, got {text!r}.") from None
     if requested is None:
-        return max(1, cpu_count() // max(1, local_processes))
+        return max(1, cpu_count() // max(1, local_processes) - reserve)
     if requested < 1:
         raise ConfigError(f"Thread count must be >= 1, got {requested}.")
     return requested

@@ -88,7 +88,9 @@ class Trainer:
         self.recipe = recipe
         self.cluster = cluster_info or resolve_cluster()
         if not isinstance(backend, Backend):
-            threads = resolve_threads(threads, self.cluster.local_world_size)
+            if threads is not None or self.cluster.local_world_size > 1:
+                threads = resolve_threads(threads, self.cluster.local_world_size)
+            # else None: the backend's own default (polytrain.threads, docs/performance.md)
             options = BackendOptions(threads=threads, fast=fast, precision=recipe.precision)
             backend = get_backend(backend, options=options)
         if recipe.pipeline_split:  # models become two stages on devices[0] and devices[1]

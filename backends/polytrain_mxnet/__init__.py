@@ -11,7 +11,10 @@ from polytrain import BackendInfo, hookimpl
 def _factory(options: Any) -> Any:
     from polytrain.threads import export_thread_env, resolve_threads
 
-    threads = resolve_threads(options.threads)
+    # One core less by default: the engine's worker thread runs the operators while the
+    # Python thread queues the next ones; OpenMP on every core then oversubscribes them
+    # (measured: 1 thread 6-18% faster than 2 on 2 cores, docs/performance.md).
+    threads = resolve_threads(options.threads, reserve=1)
     export_thread_env(threads)
     from ._backend import MXNetBackend
 

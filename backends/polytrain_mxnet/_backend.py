@@ -75,6 +75,7 @@ class MXNetBackend(Backend):
     name = "mxnet"
     framework = "mxnet"
     native_suffix = ".params"
+    fast_default = True  # hybridize: measured 2-13% faster for LeNet (docs/performance.md)
 
     def __init__(self, options: Any = None) -> None:
         super().__init__(options)

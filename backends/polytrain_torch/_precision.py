@@ -32,13 +32,13 @@ def autocast(precision: str) -> Iterator[None]:
 
 def unscale(grads: Sequence[torch.Tensor | None], inv_scale: float) -> bool:
     """Multiply the gradients by ``inv_scale`` in place; True if all are finite. One fused
-    kernel and one flag per device (GradScaler's own op), one host sync at the end."""
-    by_device: dict[torch.device, list[torch.Tensor]] = {}
+    kernel per device and dtype (GradScaler's own op), one host sync at the end."""
+    groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
     for g in grads:
         if g is not None:
-            by_device.setdefault(g.device, []).append(g)
+            groups.setdefault((g.device, g.dtype), []).append(g)
     flags = []
-    for device, group in by_device.items():
+    for (device, _), group in groups.items():
         found_inf = torch.zeros(1, device=device)
         inv = torch.full((1,), inv_scale, dtype=torch.float32, device=device)
         torch._amp_foreach_non_finite_check_and_unscale_(group, found_inf, inv)
@@ -78,7 +78,7 @@ def _note(device_type: str, precision: str) -> str:
     if precision == "fp16":
         fast = {"avx512_fp16", "amx_fp16"} & flags
         return "with a dynamic loss scale" + (
-            "" if fast else "; slow on this CPU (no fp16 matmul instructions): ~3-4x fp32 time"
+            "" if fast else "; slow on this CPU (no fp16 matmul units): 3-13x fp32's step time"
         )
     native = sorted({"avx512_bf16", "amx_bf16"} & flags)
     return f"CPU has {', '.join(native)}" if native else "emulated on this CPU (no bf16 units)"
