@@ -73,15 +73,20 @@ class StepRunner:
                 b.backward(b.scale_loss(loss, denominator, mp.loss_scale))
             losses.extend(shard_losses)
         b.sync_gradients(model)
+        loss_sum = sum(float(b.to_numpy(v)) for v in losses)
+        correct = sum(int(b.to_numpy(c)) for c in corrects)
+        total = len(x)
+        if b.world_size > 1:  # report the global batch, as one process would
+            loss_sum, all_correct, all_total = b.allreduce_numbers([loss_sum, correct, len(x)])
+            correct, total = round(all_correct), round(all_total)
+        if not np.isfinite(loss_sum) and mp.scaler is None:
+            # no update from a non-finite loss: the weights stay the last good ones, so the
+            # trainer can find the first layer that goes non-finite on this very batch
+            return StepResult(loss_sum, correct, total, skipped=True)
         skipped = not mp.unscale(model)
         if not skipped:
             self.optimizer.step()
-        loss_sum = sum(float(b.to_numpy(v)) for v in losses)
-        correct = sum(int(b.to_numpy(c)) for c in corrects)
-        if b.world_size > 1:  # report the global batch, as one process would
-            loss_sum, total_correct, total = b.allreduce_numbers([loss_sum, correct, len(x)])
-            return StepResult(loss_sum, round(total_correct), round(total), skipped)
-        return StepResult(loss_sum, correct, len(x), skipped)
+        return StepResult(loss_sum, correct, total, skipped)
 
     def eval_batch(self, x: np.ndarray, y: np.ndarray) -> tuple[int, int]:
         """(correct, samples) of one evaluation batch, split over the devices."""

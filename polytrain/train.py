@@ -26,8 +26,8 @@ from .cluster import ClusterInfo
 from .cluster import resolve as resolve_cluster
 from .curves import CurvesPlot, TensorBoardLogger
 from .data import ArrayDataset, BatchLoader, load_dataset
-from .errors import CheckpointError, ConfigError, NonFiniteLossError
-from .inspection import inspect_record, parse_steps
+from .errors import CheckpointError, ConfigError, NonFiniteLossError, PolytrainError
+from .inspection import first_nonfinite, inspect_record, parse_steps
 from .models import ModelSpec, get_model_spec
 from .pipeline import pipeline_backend
 from .plugins import get_backend, make_plugin_manager
@@ -265,16 +265,8 @@ class Trainer:
                 outputs = self._layer_outputs(x) if inspecting else []
                 result = self.runner.train_step(x, y, global_count=sizes[step])
                 loss = result.loss_sum / result.samples
-                if not np.isfinite(loss):
-                    raise NonFiniteLossError(
-                        f"The loss became {loss} at epoch {self.epoch + 1}, step {step + 1} "
-                        f"(global step {self.global_step + 1}). Lower --lr, or check the data. "
-                        + (
-                            f"The last good checkpoint is {self.last_checkpoint}."
-                            if self.last_checkpoint
-                            else ""
-                        )
-                    )
+                if not np.isfinite(loss) and self.runner.mixed_precision.scaler is None:
+                    self._non_finite(loss, step, x)
                 self._progress(f"epoch {self.epoch + 1} step {step + 1}")
                 p.add(result)
                 self.global_step += 1
@@ -314,6 +306,27 @@ class Trainer:
             seconds=p.seconds,
             samples_per_second=p.seen / p.seconds if p.seconds else 0.0,
             steps=p.step,
+        )
+
+    def _non_finite(self, loss: float, step: int, x: np.ndarray) -> None:
+        """Stop with the step and the first layer whose output is non-finite on this batch
+        (the weights were not updated by it); the last good checkpoint is kept."""
+        try:
+            layer = first_nonfinite(self._layer_outputs(x))
+        except PolytrainError:  # a backend without per-layer outputs
+            layer = None
+        where = (
+            f"The first layer whose output is NaN/Inf on this batch is {layer!r}."
+            if layer
+            else "Every layer's output is finite on this batch: the loss itself overflowed."
+        )
+        kept = (
+            f" The last good checkpoint is {self.last_checkpoint}." if self.last_checkpoint else ""
+        )
+        raise NonFiniteLossError(
+            f"The loss became {loss} at epoch {self.epoch + 1}, step {step + 1} (global step "
+            f"{self.global_step + 1}); the update was not applied. {where} Lower --lr, add "
+            f"--weight-decay, or check the data.{kept}"
         )
 
     def _layer_outputs(self, x: np.ndarray) -> list[tuple[str, np.ndarray]]:
@@ -410,6 +423,8 @@ class EpochProgress:
 
     def add(self, result: StepResult) -> None:
         self.step += 1
+        if not np.isfinite(result.loss_sum):  # an fp16 step the scaler skipped
+            return
         self.loss_sum += result.loss_sum
         self.correct += result.correct
         self.seen += result.samples

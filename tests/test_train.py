@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
 
 from polytrain import NonFiniteLossError, hookimpl
 from polytrain.builtin_plugins import read_metrics
+from polytrain.checkpoint import CheckpointManager, load_checkpoint
 from polytrain.cli import main
 from polytrain.recipe import Recipe
 from polytrain.testing import backends_under_test
@@ -75,10 +77,22 @@ def test_first_steps_agree_across_backends(tmp_path) -> None:  # type: ignore[no
         np.testing.assert_allclose(losses[name], ref, rtol=0, atol=1e-4, err_msg=name)
 
 
-def test_non_finite_loss_stops_with_clear_message(backend_name: str) -> None:
+def test_non_finite_loss_stops_with_clear_message(backend_name: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     recipe = Recipe(**{**SMALL, "epochs": 1, "lr": 1e6, "optimizer": "sgd"})
-    with pytest.raises(NonFiniteLossError, match=r"step \d+"):
-        Trainer(recipe, backend_name, progress=False).fit()
+    trainer = Trainer(recipe, backend_name, progress=False, out_dir=tmp_path, checkpoint_every=1)
+    with pytest.raises(NonFiniteLossError) as err:
+        trainer.fit()
+    message = str(err.value)
+    assert re.search(
+        r"at epoch 1, step \d+ \(global step \d+\); the update was not applied", message
+    )
+    assert re.search(r"first layer whose output is NaN/Inf on this batch is '\w+'", message), (
+        message
+    )
+    latest = CheckpointManager(tmp_path).latest()
+    assert latest is not None and str(latest) in message
+    good = load_checkpoint(latest).params
+    assert all(np.all(np.isfinite(v)) for v in good.values())
 
 
 def test_cli_train_json(backend_name: str, capsys: pytest.CaptureFixture[str]) -> None:
