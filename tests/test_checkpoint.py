@@ -344,16 +344,16 @@ def test_sigkill_at_random_moments_always_leaves_a_valid_checkpoint(
     rng = random.Random(1234)
     rounds, mid_write = 8, 0
     for _ in range(rounds):
-        proc = subprocess.Popen(
+        with subprocess.Popen(
             [sys.executable, str(script), mode, str(where)], stdout=subprocess.PIPE, text=True
-        )
-        assert proc.stdout is not None
-        first = proc.stdout.readline()  # one save of this round is committed
-        assert first.strip(), "the writer died before its first save"
-        time.sleep(rng.uniform(0.0, 0.3))
-        os.kill(proc.pid, signal.SIGKILL)
-        rest = proc.stdout.read()
-        assert proc.wait() == -signal.SIGKILL
+        ) as proc:
+            assert proc.stdout is not None
+            first = proc.stdout.readline()  # one save of this round is committed
+            assert first.strip(), "the writer died before its first save"
+            time.sleep(rng.uniform(0.0, 0.3))
+            os.kill(proc.pid, signal.SIGKILL)
+            rest = proc.stdout.read()
+            assert proc.wait() == -signal.SIGKILL
         committed = int((first + rest).split()[-1])
         parent = where / "checkpoints" if mode == "manager" else tmp_path
         mid_write += any(e.startswith(".") for e in os.listdir(parent))
