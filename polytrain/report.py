@@ -109,6 +109,9 @@ def lockstep_table(result: Comparison) -> Any:
     return t
 
 
+ZERO_FLOOR = 1e-10  # where a zero difference is drawn on the log axis
+
+
 def write_plot(result: Comparison, path: Path) -> None:
     """Loss curves overlaid, deviation from the reference, test accuracy, throughput."""
     import matplotlib
@@ -135,12 +138,15 @@ def write_plot(result: Comparison, path: Path) -> None:
         if run is not ref:
             n = min(len(run.step_losses), len(ref.step_losses))
             diff = np.abs(np.subtract(run.step_losses[:n], ref.step_losses[:n]))
-            ax_dev.semilogy(steps[:n], np.maximum(diff, 1e-12), color=c, lw=0.8, alpha=0.45,
+            ax_dev.semilogy(steps[:n], np.maximum(diff, ZERO_FLOOR), color=c, lw=0.8, alpha=0.45,
                             label=f"{run.backend}, free run")  # fmt: skip
             if result.lockstep is not None and run.backend in result.lockstep.loss_diff:
                 locked = np.asarray(result.lockstep.loss_diff[run.backend])
-                ax_dev.semilogy(np.arange(1, len(locked) + 1), np.maximum(locked, 1e-12),
-                                color=c, lw=1.6, label=f"{run.backend}, lockstep")  # fmt: skip
+                # points, not a line: bit-equal steps (0, drawn at the floor) alternate with
+                # 1-ulp ones, and a joined line would paint a solid block between them
+                ax_dev.semilogy(np.arange(1, len(locked) + 1), np.maximum(locked, ZERO_FLOOR),
+                                color=c, ls="none", marker=".", ms=3,
+                                label=f"{run.backend}, lockstep")  # fmt: skip
         epochs = [e["epoch"] + 1 for e in run.epochs]
         accs = [100 * (e["test_accuracy"] or 0) for e in run.epochs]
         ax_acc.plot(
@@ -154,7 +160,7 @@ def write_plot(result: Comparison, path: Path) -> None:
     ax_dev.set(
         title=f"|loss - {result.reference} loss| per step",
         xlabel="step",
-        ylabel="absolute difference",
+        ylabel=f"absolute difference (0 drawn at {ZERO_FLOOR:.0e})",
     )
     ax_dev.legend()
     ax_acc.set(title="test accuracy", xlabel="epoch", ylabel="%")
