@@ -54,6 +54,7 @@ class Model:
     replicas: list[Any]
     spec: ModelSpec | None = None
     private: dict[str, Any] = field(default_factory=dict)
+    dtype: str = "float32"  # of parameters, activations, gradients and optimizer state
 
     @property
     def num_devices(self) -> int:
@@ -161,23 +162,35 @@ class Backend(ABC):
     # -- models ---------------------------------------------------------------------------
 
     @abstractmethod
-    def build_model(self, model: ModelSpec | Any, devices: Sequence[Device] | None = None) -> Model:
+    def build_model(
+        self,
+        model: ModelSpec | Any,
+        devices: Sequence[Device] | None = None,
+        *,
+        dtype: str = "float32",
+    ) -> Model:
         """Build a neutral spec (or wrap a user's own native module) on ``devices``.
 
         A spec is built with the spec's layer names, so native parameter names follow
         the canonical ones. Weights are whatever the framework chose: call
-        :meth:`set_params` with ``spec.init_params(seed)`` for identical starts."""
+        :meth:`set_params` with ``spec.init_params(seed)`` for identical starts.
+        ``dtype`` (``float32`` or ``float64``) is that of the parameters and buffers,
+        hence of the whole computation: ``"float64"`` is ``--precision fp64``, the parity
+        mode in which the frameworks' rounding differences stay below any training chaos.
+        Inputs are cast to it by the caller (:class:`polytrain.step.StepRunner`)."""
 
     @abstractmethod
     def get_params(self, model: Model, replica: int = 0) -> dict[str, np.ndarray]:
-        """All parameters and buffers of replica ``replica`` (default 0) as float32 numpy
-        in the canonical (PyTorch) layout and names: conv OIHW, linear [out, in],
-        BatchNorm weight/bias/running_mean/running_var (torch's unbiased running_var)."""
+        """All parameters and buffers of replica ``replica`` (default 0) as numpy of the
+        model's dtype (float32, or float64 under fp64) in the canonical (PyTorch) layout
+        and names: conv OIHW, linear [out, in], BatchNorm weight/bias/running_mean/
+        running_var (torch's unbiased running_var)."""
 
     @abstractmethod
     def set_params(self, model: Model, params: dict[str, np.ndarray]) -> None:
-        """Load canonical parameters into every replica. Missing, unexpected or wrongly
-        shaped entries are a :class:`~polytrain.errors.CheckpointError` naming them."""
+        """Load canonical parameters into every replica, cast to the model's dtype.
+        Missing, unexpected or wrongly shaped entries are a
+        :class:`~polytrain.errors.CheckpointError` naming them."""
 
     @abstractmethod
     def parameter_names(self, model: Model) -> list[str]:

@@ -2,7 +2,8 @@
 
 A checkpoint is a directory::
 
-    model.safetensors      canonical parameters and buffers (PyTorch layout, float32)
+    model.safetensors      canonical parameters and buffers (PyTorch layout, float32;
+                           float64 for a --precision fp64 run)
     optimizer.safetensors  optimizer slots as ``<param>/<slot>`` (absent without state)
     manifest.json          format and version, writer, model spec, tensor names, shapes and
                            dtypes, sha256 of each file, optimizer config/step/lr, position,
@@ -91,15 +92,21 @@ def save_checkpoint(
     scaler: Mapping[str, Any] | None = None,
     history: list[Mapping[str, Any]] | None = None,
     extra: Mapping[str, Any] | None = None,
+    param_dtype: str = "float32",
 ) -> Path:
     """Write a complete checkpoint to ``directory`` atomically (see the module docstring)
-    and return its path. Raises :class:`CheckpointError` before touching ``directory`` if
-    an input cannot be stored, or if ``directory`` exists and is not a checkpoint."""
+    and return its path. Float parameters are stored as ``param_dtype`` (float32; float64
+    for a ``--precision fp64`` run, so that it resumes exactly). Raises
+    :class:`CheckpointError` before touching ``directory`` if an input cannot be stored,
+    or if ``directory`` exists and is not a checkpoint."""
     from . import __version__
 
+    if param_dtype not in ("float32", "float64"):
+        raise CheckpointError(f"param_dtype must be float32 or float64, not {param_dtype!r}.")
     target = Path(directory).absolute()
     model = {
-        name: _array(f"parameter {name!r}", value, float32=True) for name, value in params.items()
+        name: _array(f"parameter {name!r}", value, floats=np.dtype(param_dtype))
+        for name, value in params.items()
     }
     if spec is not None:
         problems = _shape_problems(
@@ -169,13 +176,13 @@ def save_checkpoint(
     return target
 
 
-def _array(what: str, value: Any, *, float32: bool = False) -> np.ndarray:
+def _array(what: str, value: Any, *, floats: np.dtype | None = None) -> np.ndarray:
     try:
         arr = np.asarray(value)
     except Exception as exc:
         raise CheckpointError(f"Cannot store {what}: {exc}") from exc
-    if arr.dtype.kind == "f" and float32:
-        arr = arr.astype(np.float32, copy=False)
+    if arr.dtype.kind == "f" and floats is not None:
+        arr = arr.astype(floats, copy=False)
     elif arr.dtype.kind not in "fiub":
         raise CheckpointError(f"Cannot store {what}: dtype {arr.dtype} is not a number type.")
     # safetensors 0.8 writes wrong bytes for non-contiguous arrays (a transposed weight).

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+from .precision import PRECISIONS, param_dtype
+
 PROBE_TIMEOUT = 120.0
 
 
@@ -55,7 +56,7 @@ def probe_backend(name: str) -> dict[str, Any]:
     precisions: dict[str, dict[str, Any]] = {}
     for precision in PRECISIONS:
         try:
-            model = backend.build_model(spec)
+            model = backend.build_model(spec, dtype=param_dtype(precision))
             backend.set_params(model, spec.init_params(0))
             opt = backend.make_optimizer(model, OptimizerConfig("sgd", lr=0.01))
             result = StepRunner(backend, model, opt, precision=precision).train_step(x, y)

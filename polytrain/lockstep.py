@@ -20,6 +20,7 @@ from .backend import Backend
 from .data import ArrayDataset, BatchLoader
 from .models import get_model_spec
 from .plugins import get_backend
+from .precision import param_dtype
 from .recipe import Recipe
 from .step import StepRunner
 
@@ -58,14 +59,21 @@ class _Runner:
     def __init__(self, backend: Backend, recipe: Recipe) -> None:
         spec = get_model_spec(recipe.model)
         self.backend = backend
-        self.model = backend.build_model(spec, backend.devices(recipe.devices))
+        devices = backend.devices(recipe.devices)
+        dtype = param_dtype(recipe.precision)
+        self.model = backend.build_model(spec, devices, dtype=dtype)
         self.optimizer = backend.make_optimizer(self.model, recipe.optimizer_config())
-        self.runner = StepRunner(backend, self.model, self.optimizer, accumulate=recipe.accumulate)
+        self.runner = StepRunner(
+            backend,
+            self.model,
+            self.optimizer,
+            accumulate=recipe.accumulate,
+            precision=recipe.precision,
+        )
 
     def eval_logits(self, params: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
-        b = self.backend
-        b.set_params(self.model, params)
-        return b.to_numpy(b.forward(self.model, b.to_tensor(x, self.model.devices[0])))
+        self.backend.set_params(self.model, params)
+        return self.runner.predict(x)
 
     def step_from(
         self, params: dict[str, np.ndarray], opt_state: dict[str, Any] | None, x: np.ndarray,

@@ -100,7 +100,13 @@ class PipelineBackend:
 
     # -- building -------------------------------------------------------------------------
 
-    def build_model(self, model: ModelSpec | Any, devices: Sequence[Device] | None = None) -> Model:
+    def build_model(
+        self,
+        model: ModelSpec | Any,
+        devices: Sequence[Device] | None = None,
+        *,
+        dtype: str = "float32",
+    ) -> Model:
         if not isinstance(model, ModelSpec):
             raise BackendError("--pipeline-split splits polytrain model specs, not native modules.")
         devices = list(devices or [])
@@ -110,7 +116,9 @@ class PipelineBackend:
                 "(use --devices cpu:2 to emulate them, or gpu:0,1)."
             )
         specs = split_spec(model, self.split)
-        stages = [self.inner.build_model(s, [d]) for s, d in zip(specs, devices, strict=True)]
+        stages = [
+            self.inner.build_model(s, [d], dtype=dtype) for s, d in zip(specs, devices, strict=True)
+        ]
         return PipelineModel(
             native=[s.native for s in stages],
             devices=devices[:1],
@@ -119,6 +127,7 @@ class PipelineBackend:
             stages=stages,
             stage_devices=devices,
             stage_names=[list(s.parameter_shapes()) for s in specs],
+            dtype=dtype,
         )
 
     # -- parameters -----------------------------------------------------------------------

@@ -1,6 +1,12 @@
-"""Mixed precision: the precisions, the dynamic loss scaler, and the policy a step follows.
+"""Precision: the precisions, the dynamic loss scaler, and the policy a step follows.
 
-``fp32`` changes nothing (every hook below is the identity). ``bf16`` runs forward passes
+``fp32`` changes nothing (every hook below is the identity). ``fp64`` is the parity
+mode: the model is built in float64 (parameters, activations, gradients, optimizer
+state) and inputs are cast to it, so the frameworks' kernels differ by ~1e-16 instead of
+~1e-7 and free runs of different frameworks stay together over a whole run, where in
+float32 training chaos amplifies the rounding differences within a few dozen steps
+(docs/semantics.md). It is slower, and meant for checking a port, not for speed.
+``bf16`` runs forward passes
 under the backend's autocast; bfloat16 keeps float32's exponent range, so gradients need
 no scaling. ``fp16`` adds a dynamic :class:`LossScaler` (contract 5): the loss is
 multiplied by the scale before backward; once gradients are summed over replicas and
@@ -26,7 +32,8 @@ from .errors import BackendError, ConfigError
 if TYPE_CHECKING:
     from .backend import Backend, Device, Model
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16", "fp64")
+PARAM_DTYPES = ("float32", "float64")  # what Backend.build_model(dtype=) accepts
 MAX_SCALE = 2.0**127  # float32 overflows at 2**128
 SCALED = frozenset({"fp16"})  # precisions whose gradients can underflow without a loss scale
 
@@ -120,6 +127,22 @@ def check_precision(name: str) -> str:
     return name
 
 
+def param_dtype(precision: str) -> str:
+    """The dtype models are built in for ``precision`` (float64 only for fp64: the mixed
+    precisions keep float32 parameters and compute low-precision under autocast)."""
+    return "float64" if check_precision(precision) == "fp64" else "float32"
+
+
+def check_dtype(dtype: str) -> str:
+    """A parameter dtype :meth:`Backend.build_model` accepts, or a clear error."""
+    if dtype not in PARAM_DTYPES:
+        raise BackendError(
+            f"Models are built in {' or '.join(PARAM_DTYPES)}, not {dtype!r}; for bf16/fp16 "
+            "use --precision (autocast keeps float32 parameters)."
+        )
+    return dtype
+
+
 class MixedPrecision:
     """The precision policy of one model: autocast for forward passes, the loss scale
     for backward, unscaling and the skip decision before the update. Built once per
@@ -144,7 +167,7 @@ class MixedPrecision:
 
     def autocast(self) -> contextlib.AbstractContextManager[None]:
         """Context for forward passes (training and evaluation alike)."""
-        if self.precision == "fp32":
+        if self.precision in ("fp32", "fp64"):  # fp64: the model itself is float64
             return contextlib.nullcontext()
         return self.backend.autocast(self.precision)
 

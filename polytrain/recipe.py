@@ -7,8 +7,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .optim import OptimizerConfig
-
-PRECISIONS = ("fp32", "bf16", "fp16")
+from .precision import PRECISIONS
 
 
 @dataclass

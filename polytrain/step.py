@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 
 from .backend import Backend, Model
+from .errors import ConfigError
 from .optim import Optimizer
-from .precision import MixedPrecision
+from .precision import MixedPrecision, param_dtype
 from .sharding import shard_bounds
 
 
@@ -48,7 +49,17 @@ class StepRunner:
         self.optimizer = optimizer
         self.accumulate = accumulate
         self.precision = precision
+        if model.dtype != param_dtype(precision):
+            raise ConfigError(
+                f"Precision {precision} needs a model built with dtype="
+                f"{param_dtype(precision)!r}; this one was built in {model.dtype}."
+            )
         self.mixed_precision = MixedPrecision(backend, precision, model.devices)
+        self._input_dtype = np.dtype(model.dtype)  # batches are cast to the model's dtype
+
+    def _cast(self, x: np.ndarray) -> np.ndarray:
+        """A float batch in the model's dtype (a no-op for float32 data and models)."""
+        return x.astype(self._input_dtype, copy=False) if x.dtype.kind == "f" else x
 
     def train_step(
         self, x: np.ndarray, y: np.ndarray, global_count: int | None = None
@@ -56,6 +67,7 @@ class StepRunner:
         """One update from this process's part of a global batch of ``global_count``
         samples (default: ``len(x)``, a single process)."""
         b, model, mp = self.backend, self.model, self.mixed_precision
+        x = self._cast(x)
         denominator = global_count or len(x)
         self.optimizer.zero_grad()
         losses: list[Any] = []
@@ -91,6 +103,7 @@ class StepRunner:
     def eval_batch(self, x: np.ndarray, y: np.ndarray) -> tuple[int, int]:
         """(correct, samples) of one evaluation batch, split over the devices."""
         b, model = self.backend, self.model
+        x = self._cast(x)
         n = min(len(x), model.num_devices)
         devices = model.devices[:n]
         xs, ys = b.split_and_load(x, devices), b.split_and_load(y, devices)
@@ -104,4 +117,5 @@ class StepRunner:
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Eval-mode logits of replica 0 as numpy."""
         b = self.backend
+        x = self._cast(x)
         return b.to_numpy(b.forward(self.model, b.to_tensor(x, self.model.devices[0])))

@@ -24,7 +24,7 @@ import pytest
 
 from . import reference
 from .backend import Backend
-from .errors import CheckpointError, ConfigError
+from .errors import BackendError, CheckpointError, ConfigError
 from .models import (
     AvgPool2d,
     BatchNorm2d,
@@ -41,6 +41,7 @@ from .models import (
 )
 from .optim import OPTIMIZERS, OptimizerConfig, numpy_step
 from .plugins import get_backend, installed_backends
+from .step import StepRunner
 
 FORWARD_ATOL = 1e-4
 GRAD_ATOL = 1e-5
@@ -236,6 +237,68 @@ class BackendConformance:
         got = backend.to_numpy(backend.forward(model, backend.to_tensor(x)))
         want = reference.forward(spec, params, x)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=FORWARD_ATOL)
+
+    # -- float64 (--precision fp64, the parity mode) ----------------------------------------
+
+    def test_float64_params_round_trip(self, backend: Backend) -> None:
+        """A float64 model keeps float64 values (not representable in float32) exactly."""
+        spec = get_model_spec("lenet")
+        model = backend.build_model(spec, dtype="float64")
+        assert model.dtype == "float64"
+        rng = np.random.default_rng(9)
+        params = {k: rng.standard_normal(v.shape) for k, v in spec.init_params(0).items()}
+        backend.set_params(model, params)
+        got = backend.get_params(model)
+        for k, v in got.items():
+            assert v.dtype == np.float64, k
+            np.testing.assert_array_equal(v, params[k], err_msg=k)
+        with pytest.raises(BackendError, match="float32 or float64"):
+            backend.build_model(spec, dtype="float16")
+
+    @pytest.mark.parametrize("name", ["lenet", "tiny-resnet"])
+    def test_float64_forward_matches_numpy(self, backend: Backend, name: str) -> None:
+        spec = tiny_resnet() if name == "tiny-resnet" else get_model_spec(name)
+        model = backend.build_model(spec, dtype="float64")
+        params = spec.init_params(seed=1)
+        backend.set_params(model, params)
+        x, _ = batch(spec, 5)
+        got = backend.to_numpy(backend.forward(model, backend.to_tensor(x.astype(np.float64))))
+        assert got.dtype == np.float64
+        np.testing.assert_allclose(got, reference.forward(spec, params, x), rtol=0, atol=1e-12)
+
+    @pytest.mark.parametrize("name", OPTIMIZERS)
+    def test_float64_steps_match_numpy(self, backend: Backend, name: str) -> None:
+        """fp64 through the StepRunner on two devices: three updates equal numpy's float64
+        updates to 1e-12 (float32 agrees to ~1e-7), optimizer slots included."""
+        spec = get_model_spec("mlp")
+        config = OptimizerConfig(
+            name=name, lr=0.1 if name != "adam" else 0.01, weight_decay=0.01, momentum=0.9
+        )
+        model = backend.build_model(spec, backend.devices("cpu:2"), dtype="float64")
+        params = spec.init_params(seed=6)
+        backend.set_params(model, params)
+        opt = backend.make_optimizer(model, config)
+        runner = StepRunner(backend, model, opt, precision="fp64")
+        ref = {k: v.astype(np.float64) for k, v in params.items()}
+        slots: dict[str, dict[str, np.ndarray]] = {}
+        step = 0
+        for i in range(3):
+            x, y = batch(spec, 8, seed=i)
+            result = runner.train_step(x, y)
+            want = reference.cross_entropy(reference.forward(spec, ref, x), y)
+            assert abs(result.loss_sum / result.samples - float(want)) < 1e-12
+            grads = reference.mlp_gradients(spec, ref, x, y)
+            step = numpy_step(config, ref, grads, slots, step)
+        for replica in range(2):
+            got = backend.get_params(model, replica)
+            for k in ref:
+                assert got[k].dtype == np.float64, k
+                np.testing.assert_allclose(got[k], ref[k], rtol=0, atol=1e-12, err_msg=k)
+        for k, st in opt.get_slots().items():
+            for slot, value in st.items():
+                np.testing.assert_allclose(
+                    value, slots[k][slot], rtol=0, atol=1e-12, err_msg=f"{k}.{slot}"
+                )
 
     @pytest.mark.parametrize(
         "pool",

@@ -31,6 +31,7 @@ from .inspection import first_nonfinite, inspect_record, parse_steps
 from .models import ModelSpec, get_model_spec
 from .pipeline import pipeline_backend
 from .plugins import get_backend, make_plugin_manager
+from .precision import param_dtype
 from .recipe import Recipe
 from .records import EpochRecord, RunInfo, StepRecord, Summary
 from .sharding import share_bounds
@@ -116,7 +117,7 @@ class Trainer:
         if self.cluster.is_distributed:
             b.init_distributed(self.cluster, self.devices, timeout)
         try:  # a rank that fails after joining must leave, or its peers wait for it
-            self.model = b.build_model(self.spec, self.devices)
+            self.model = b.build_model(self.spec, self.devices, dtype=param_dtype(recipe.precision))
             b.set_params(self.model, self.spec.init_params(recipe.seed))
             b.seed(recipe.seed)
             self.optimizer = b.make_optimizer(self.model, recipe.optimizer_config())
@@ -363,6 +364,7 @@ class Trainer:
                 "world_size": b.world_size,
                 "devices": [b.device_name(d) for d in self.devices],
             },
+            param_dtype=self.model.dtype,
         )
         return self.last_checkpoint
 

@@ -26,7 +26,7 @@ from polytrain.fileio import atomic_path
 from polytrain.functional import FunctionalOps
 from polytrain.models import ModelSpec
 from polytrain.optim import Optimizer, OptimizerConfig
-from polytrain.precision import PRECISIONS, PrecisionSupport
+from polytrain.precision import PRECISIONS, PrecisionSupport, check_dtype
 from polytrain.threads import cpu_count
 
 from . import _inspect, _precision
@@ -163,12 +163,20 @@ class MXNetBackend(Backend):
 
     # -- models ---------------------------------------------------------------------------
 
-    def build_model(self, model: ModelSpec | Any, devices: Sequence[Device] | None = None) -> Model:
+    def build_model(
+        self,
+        model: ModelSpec | Any,
+        devices: Sequence[Device] | None = None,
+        *,
+        dtype: str = "float32",
+    ) -> Model:
         devices = list(devices) if devices else [self.device("cpu")]
+        check_dtype(dtype)
         spec = model if isinstance(model, ModelSpec) else None
         if spec is not None:
             native = build(spec.net)
             native.initialize(ctx=devices)
+            native.cast(dtype)
             if self.fast:
                 hybridize(native)
         elif isinstance(model, gluon.Block):
@@ -177,6 +185,7 @@ class MXNetBackend(Backend):
                 native.initialize(ctx=devices)
             else:
                 native.collect_params().reset_ctx(devices)
+            native.cast(dtype)
         else:
             raise BackendError(
                 f"mxnet backend builds a polytrain ModelSpec or wraps a gluon Block, "
@@ -196,19 +205,19 @@ class MXNetBackend(Backend):
         private["trainable"] = [n for n, p in params.items() if p.grad_req != "null"]
         if self._dist is not None:  # keys initialised before any backward (DESIGN.md traps)
             shapes = [params[n].shape for n in private["trainable"]]
-            private["dist_keys"] = self._dist.new_keys(shapes)
+            private["dist_keys"] = self._dist.new_keys(shapes, dtype)
         elif len(devices) > 1:  # initialised before any backward (a Trainer races otherwise)
             on_gpu = any(d.device_type == "gpu" for d in devices)
             kv = mx.kv.create("device" if on_gpu else "local")
             for i, name in enumerate(private["trainable"]):
-                kv.init(i, mx.nd.zeros(params[name].shape))
+                kv.init(i, mx.nd.zeros(params[name].shape, dtype=dtype))
             private["kvstore"] = kv
-        return Model(native, devices, [native] * len(devices), spec, private)
+        return Model(native, devices, [native] * len(devices), spec, private, dtype=dtype)
 
     def get_params(self, model: Model, replica: int = 0) -> dict[str, np.ndarray]:
         ctx = model.devices[replica]
         params = model.private["params"].items()
-        return {k: self.to_numpy(p.data(ctx)).astype(np.float32) for k, p in params}
+        return {k: self.to_numpy(p.data(ctx)).astype(model.dtype) for k, p in params}
 
     def set_params(self, model: Model, params: dict[str, np.ndarray]) -> None:
         expected = model.private["params"]
@@ -280,7 +289,7 @@ class MXNetBackend(Backend):
         if self._dist is not None and self.world_size > 1:
             if "dist_keys" not in model.private:  # built before init_distributed
                 shapes = [p.shape for p in self._trainable_params(model)]
-                model.private["dist_keys"] = self._dist.new_keys(shapes)
+                model.private["dist_keys"] = self._dist.new_keys(shapes, model.dtype)
             self._dist.sum_gradients(model.private["dist_keys"], self.replica_gradients(model))
             return
         if model.num_devices == 1:

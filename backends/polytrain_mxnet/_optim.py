@@ -34,7 +34,10 @@ class MXNetOptimizer(Optimizer):
 
     def step(self) -> None:
         self.step_count += 1
-        if self.config.name in ("sgd", "momentum"):
+        # the fused kernel takes lr and wd as float32 attributes (0.1 -> 0.10000000149): in
+        # float64 (--precision fp64) that is a 1.6e-9 error per step, so float64 models
+        # take the element-wise path, whose Python-float scalars stay float64
+        if self.config.name in ("sgd", "momentum") and self.model.dtype == "float32":
             self._fused_sgd()
             return
         for name, p in self.params:
@@ -46,8 +49,17 @@ class MXNetOptimizer(Optimizer):
                 self._update(w, g, slots)
 
     def _update(self, w: Any, g: Any, slots: dict[str, Any]) -> None:
-        cfg, lr = self.config, self.lr  # sgd and momentum: _fused_sgd
-        if cfg.name == "adagrad":
+        cfg, lr = self.config, self.lr  # sgd and momentum in float32: _fused_sgd
+        if cfg.name == "sgd":
+            w -= lr * g
+        elif cfg.name == "momentum":
+            buf = slots.get("momentum_buffer")
+            if buf is None:
+                buf = slots["momentum_buffer"] = g.copy()
+            else:
+                buf[:] = cfg.momentum * buf + g
+            w -= lr * buf
+        elif cfg.name == "adagrad":
             total = slots.setdefault("sum", mx.nd.zeros_like(w))
             total += g * g
             w -= lr * g / (mx.nd.sqrt(total) + cfg.epsilon)  # eps outside the sqrt
@@ -93,8 +105,8 @@ class MXNetOptimizer(Optimizer):
         }
 
     def set_slots(self, slots: dict[str, dict[str, np.ndarray]]) -> None:
-        for name, _ in self.params:
+        for name, p in self.params:
             given = slots.get(name, {})
             for ctx, state in zip(self.model.devices, self.state[name], strict=True):
                 for slot, value in given.items():
-                    state[slot] = mx.nd.array(np.asarray(value, np.float32), ctx=ctx)
+                    state[slot] = mx.nd.array(np.asarray(value), ctx=ctx, dtype=p.dtype)

@@ -28,7 +28,7 @@ from polytrain.functional import FunctionalOps
 from polytrain.models import ModelSpec
 from polytrain.native_io import read_paddle
 from polytrain.optim import Optimizer, OptimizerConfig
-from polytrain.precision import PRECISIONS, PrecisionSupport
+from polytrain.precision import PRECISIONS, PrecisionSupport, check_dtype
 from polytrain.watchdog import Deadline
 
 # On import paddle warns "No ccache found" and prints that OMP_NUM_THREADS > 1 is unwise;
@@ -46,6 +46,8 @@ from ._layers import build, canonical_layout
 from ._optim import PaddleOptimizer
 
 sys.stderr.writelines(s for s in _stderr.getvalue().splitlines(True) if "OMP_NUM" not in s)
+
+_NUMPY = {paddle.float32: np.float32, paddle.float64: np.float64}  # parameter dtypes
 
 
 @dataclass(frozen=True)
@@ -162,8 +164,15 @@ class PaddleBackend(Backend):
 
     # -- models ---------------------------------------------------------------------------
 
-    def build_model(self, model: ModelSpec | Any, devices: Sequence[Device] | None = None) -> Model:
+    def build_model(
+        self,
+        model: ModelSpec | Any,
+        devices: Sequence[Device] | None = None,
+        *,
+        dtype: str = "float32",
+    ) -> Model:
         devices = list(devices) if devices else [self.device("cpu")]
+        check_dtype(dtype)
         spec = model if isinstance(model, ModelSpec) else None
         if spec is not None:
             native = build(spec.net)
@@ -174,6 +183,7 @@ class PaddleBackend(Backend):
                 f"paddle backend builds a polytrain ModelSpec or wraps a paddle.nn.Layer, "
                 f"not {type(model).__name__}."
             )
+        native.to(dtype=dtype)  # parameters and float buffers, in place
         replicas = [native] + [copy.deepcopy(native) for _ in devices[1:]]
         for replica, device in zip(replicas, devices, strict=True):
             replica.to(device=_place(device))  # a no-op where it already is
@@ -190,6 +200,7 @@ class PaddleBackend(Backend):
                 "layout": canonical_layout(native),
                 "training": [None] * len(devices),
             },
+            dtype=dtype,
         )
 
     def get_params(self, model: Model, replica: int = 0) -> dict[str, np.ndarray]:
@@ -209,7 +220,7 @@ class PaddleBackend(Backend):
             for replica in model.replicas:
                 for key, tensor in replica.state_dict().items():
                     canonical, transposed = layout[key]
-                    value = np.asarray(params[canonical], np.float32)
+                    value = np.asarray(params[canonical], _NUMPY[tensor.dtype])
                     tensor.set_value(np.ascontiguousarray(value.T if transposed else value))
 
     def parameter_names(self, model: Model) -> list[str]:
@@ -269,7 +280,7 @@ class PaddleBackend(Backend):
             if name not in model.private["names"]:
                 continue
             canonical, transposed = layout[name]
-            g = np.zeros(p.shape, np.float32) if p.grad is None else self.to_numpy(p.grad)
+            g = np.zeros(p.shape, _NUMPY[p.dtype]) if p.grad is None else self.to_numpy(p.grad)
             out[canonical] = np.ascontiguousarray(g.T) if transposed else g
         return out
 

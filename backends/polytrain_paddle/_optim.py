@@ -38,10 +38,50 @@ def _groups(model: Model, replica: int, config: OptimizerConfig) -> list[dict]:
     return [{"params": ps, "weight_decay": wd or None} for wd, ps in by_decay.items()]
 
 
+class _Float64Momentum:
+    """Momentum for float64 models (--precision fp64), with the calls PaddleOptimizer
+    makes. Paddle's kernel takes ``mu`` as a float32 attribute (0.9 -> 0.899999976), a
+    2.6e-9 error per step in float64; here torch's rule runs with float64 scalars. The
+    buffer lives where Paddle's own would (``_accumulators["velocity"]``)."""
+
+    def __init__(self, learning_rate: float, momentum: float, parameters: list[dict]) -> None:
+        self._lr, self._mu, self._groups = learning_rate, momentum, parameters
+        self._accumulators: dict[str, dict[str, paddle.Tensor]] = {"velocity": {}}
+
+    def set_lr(self, lr: float) -> None:
+        self._lr = lr
+
+    def _create_accumulators(self, _block: object, params: list[paddle.Tensor]) -> None:
+        for p in params:
+            self._accumulators["velocity"].setdefault(p.name, paddle.zeros_like(p))
+
+    def clear_grad(self, set_to_zero: bool = False) -> None:
+        for group in self._groups:
+            for p in group["params"]:
+                p.clear_gradient(set_to_zero)
+
+    def step(self) -> None:
+        velocity = self._accumulators["velocity"]
+        with paddle.no_grad():
+            for group in self._groups:
+                wd = group["weight_decay"]
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    g = p.grad + wd * p if wd else p.grad
+                    if p.name in velocity:
+                        paddle.assign(velocity[p.name] * self._mu + g, output=velocity[p.name])
+                    else:  # torch: the first buffer is the gradient
+                        velocity[p.name] = g.clone()
+                    paddle.assign(p - self._lr * velocity[p.name], output=p)
+
+
 def _native(model: Model, replica: int, config: OptimizerConfig) -> paddle.optimizer.Optimizer:
     groups = _groups(model, replica, config)
     if config.name == "sgd":
         return paddle.optimizer.SGD(learning_rate=config.lr, parameters=groups)
+    if config.name == "momentum" and model.dtype == "float64":
+        return _Float64Momentum(config.lr, config.momentum, groups)  # type: ignore[return-value]
     if config.name == "momentum":
         return paddle.optimizer.Momentum(
             learning_rate=config.lr, momentum=config.momentum, parameters=groups
@@ -65,13 +105,20 @@ def _accumulator(opt: paddle.optimizer.Optimizer, name: str, p: paddle.Tensor) -
     return opt._accumulators.get(name, {}).get(p.name)
 
 
-def _beta_power(beta: float, steps: int) -> np.ndarray:
+def _beta_power(beta: float, steps: int, dtype: paddle.dtype) -> np.ndarray:
     """Adam's beta-power accumulator after ``steps`` updates, rounded as Paddle's kernel
-    does (starts at beta, multiplied by beta in float32 each step)."""
-    value = np.float32(beta)
+    does (starts at beta, multiplied by beta in the accumulator's dtype each step)."""
+    kind = np.float64 if dtype == paddle.float64 else np.float32
+    value = kind(beta)
     for _ in range(steps):
-        value = np.float32(value * np.float32(beta))
-    return np.array([value], np.float32)
+        value = kind(value * kind(beta))
+    return np.array([value], kind)
+
+
+def _set(tensor: paddle.Tensor, value: np.ndarray) -> None:
+    """Write ``value`` into an accumulator, in the accumulator's own dtype."""
+    kind = np.float64 if tensor.dtype == paddle.float64 else np.float32
+    tensor.set_value(np.ascontiguousarray(value, dtype=kind))
 
 
 class PaddleOptimizer(Optimizer):
@@ -119,11 +166,12 @@ class PaddleOptimizer(Optimizer):
             opt._create_accumulators(block, [p for _, p in named])  # normally on the 1st step
             for name, p in named:
                 for slot, value in slots[name].items():
-                    value = np.asarray(value, np.float32)
-                    value = value.T if name in transposed else value
-                    _accumulator(opt, _ACCUMULATOR[slot], p).set_value(np.ascontiguousarray(value))
+                    value = np.asarray(value)
+                    _set(_accumulator(opt, _ACCUMULATOR[slot], p),
+                         value.T if name in transposed else value)  # fmt: skip
                 if self.config.name == "adam":  # beta powers follow from the step count
                     for acc, beta in zip(
                         ("beta1_pow_acc", "beta2_pow_acc"), self.config.betas, strict=True
                     ):
-                        _accumulator(opt, acc, p).set_value(_beta_power(beta, self.step_count))
+                        tensor = _accumulator(opt, acc, p)
+                        _set(tensor, _beta_power(beta, self.step_count, tensor.dtype))

@@ -35,12 +35,13 @@ from polytrain.models import (
     Sequential,
 )
 from polytrain.optim import Optimizer, OptimizerConfig
-from polytrain.precision import PRECISIONS, PrecisionSupport
+from polytrain.precision import PRECISIONS, PrecisionSupport, check_dtype
 
 from . import _inspect, _precision
 from ._optim import TorchOptimizer
 
 _SKIP = ("num_batches_tracked",)
+_NUMPY = {torch.float32: np.float32, torch.float64: np.float64}  # parameter dtypes
 
 
 class _Residual(nn.Module):
@@ -209,8 +210,15 @@ class TorchBackend(Backend):
 
     # -- models ---------------------------------------------------------------------------
 
-    def build_model(self, model: ModelSpec | Any, devices: Sequence[Device] | None = None) -> Model:
+    def build_model(
+        self,
+        model: ModelSpec | Any,
+        devices: Sequence[Device] | None = None,
+        *,
+        dtype: str = "float32",
+    ) -> Model:
         devices = list(devices) if devices else [self.device("cpu")]
+        check_dtype(dtype)
         spec = model if isinstance(model, ModelSpec) else None
         if spec is not None:
             native = _build(spec.net)
@@ -221,6 +229,7 @@ class TorchBackend(Backend):
                 f"torch backend builds a polytrain ModelSpec or wraps a torch.nn.Module, "
                 f"not {type(model).__name__}."
             )
+        native.to(getattr(torch, dtype))  # parameters and float buffers, in place
         replicas = [native.to(devices[0])]
         replicas += [copy.deepcopy(native).to(d) for d in devices[1:]]
         names = [n for n, _ in native.named_parameters()]
@@ -236,6 +245,7 @@ class TorchBackend(Backend):
                 # not pay for LeNet on a 2-core CPU: docs/performance.md)
                 "run": [torch.compile(r) for r in replicas] if self.fast else replicas,
             },
+            dtype=dtype,
         )
 
     def _state(self, module: nn.Module) -> dict[str, torch.Tensor]:
@@ -295,7 +305,7 @@ class TorchBackend(Backend):
         out = {}
         for name, p in model.replicas[replica].named_parameters():
             g = p.grad
-            out[name] = np.zeros(tuple(p.shape), np.float32) if g is None else self.to_numpy(g)
+            out[name] = np.zeros(tuple(p.shape), _NUMPY[p.dtype]) if g is None else self.to_numpy(g)
         return out
 
     def replica_gradients(self, model: Model) -> list[list[Tensor]]:

@@ -72,6 +72,6 @@ class TorchOptimizer(Optimizer):
                     continue
                 state = opt.state[p]
                 for slot, value in given.items():
-                    state[slot] = torch.from_numpy(np.array(value, np.float32)).to(p.device)
+                    state[slot] = torch.tensor(np.asarray(value), dtype=p.dtype, device=p.device)
                 if self.config.name in ("adam", "adagrad"):
                     state["step"] = torch.tensor(float(self.step_count))

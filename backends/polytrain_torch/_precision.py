@@ -2,7 +2,8 @@
 
 Parameters stay float32; autocast runs convolutions and matmuls in the low precision and
 keeps the loss in float32. The dynamic loss scale is polytrain's (framework-free, in
-:mod:`polytrain.precision`); here are only the framework's parts of it.
+:mod:`polytrain.precision`); here are only the framework's parts of it. fp64 needs no
+autocast: the model is built in float64.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def support(device_type: str, precision: str) -> PrecisionSupport:
     ``device_type`` ("cpu" or "cuda") must compute in the low precision."""
     if precision == "fp32":
         return PrecisionSupport("fp32", True)
+    if precision == "fp64":
+        return _float64_support(device_type)
     dtype = DTYPES[precision]
     try:
         device = torch.device(device_type)
@@ -69,6 +72,23 @@ def support(device_type: str, precision: str) -> PrecisionSupport:
             precision, False, f"torch autocast on {device_type} left {h.dtype} (would be fp32)"
         )
     return PrecisionSupport(precision, True, _note(device_type, precision))
+
+
+def _float64_support(device_type: str) -> PrecisionSupport:
+    """fp64 builds the model in float64: a float64 convolution and dense layer must run
+    forward and backward on ``device_type`` and stay float64."""
+    try:
+        device = torch.device(device_type)
+        x = torch.randn(2, 1, 8, 8, device=device, dtype=torch.float64)
+        w = torch.randn(4, 1, 3, 3, device=device, dtype=torch.float64, requires_grad=True)
+        v = torch.randn(10, 144, device=device, dtype=torch.float64, requires_grad=True)
+        out = F.linear(F.conv2d(x, w).flatten(1), v)
+        out.sum().backward()
+    except Exception as exc:
+        return PrecisionSupport("fp64", False, f"torch float64 failed: {exc}")
+    if out.dtype != torch.float64 or w.grad is None or w.grad.dtype != torch.float64:
+        return PrecisionSupport("fp64", False, f"torch computed {out.dtype}, not float64")
+    return PrecisionSupport("fp64", True, "float64 model (parity mode)")
 
 
 def _note(device_type: str, precision: str) -> str:
