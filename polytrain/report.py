@@ -109,7 +109,20 @@ def lockstep_table(result: Comparison) -> Any:
     return t
 
 
-ZERO_FLOOR = 1e-10  # where a zero difference is drawn on the log axis
+def zero_floor(result: Comparison) -> float:
+    """Where a zero difference is drawn on the log axis: a decade below the smallest
+    non-zero difference (float32 runs: ~1e-8; fp64 runs: ~1e-16), at most 1e-10."""
+    ref = next(r for r in result.runs if r.backend == result.reference)
+    values = [
+        abs(a - b)
+        for r in result.runs
+        for a, b in zip(r.step_losses, ref.step_losses, strict=False)  # runs may be cut short
+    ]
+    if result.lockstep is not None:
+        values += [v for diffs in result.lockstep.loss_diff.values() for v in diffs]
+    positive = [v for v in values if v > 0]
+    smallest = min(positive, default=1e-9)
+    return float(min(1e-10, 10 ** (np.floor(np.log10(smallest)) - 1)))
 
 
 def write_plot(result: Comparison, path: Path) -> None:
@@ -122,6 +135,7 @@ def write_plot(result: Comparison, path: Path) -> None:
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
     (ax_loss, ax_dev), (ax_acc, ax_speed) = axes
     ref = next(r for r in result.runs if r.backend == result.reference)
+    floor = zero_floor(result)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, run in enumerate(result.runs):
         c = colors[i % len(colors)]
@@ -138,13 +152,13 @@ def write_plot(result: Comparison, path: Path) -> None:
         if run is not ref:
             n = min(len(run.step_losses), len(ref.step_losses))
             diff = np.abs(np.subtract(run.step_losses[:n], ref.step_losses[:n]))
-            ax_dev.semilogy(steps[:n], np.maximum(diff, ZERO_FLOOR), color=c, lw=0.8, alpha=0.45,
+            ax_dev.semilogy(steps[:n], np.maximum(diff, floor), color=c, lw=0.8, alpha=0.45,
                             label=f"{run.backend}, free run")  # fmt: skip
             if result.lockstep is not None and run.backend in result.lockstep.loss_diff:
                 locked = np.asarray(result.lockstep.loss_diff[run.backend])
                 # points, not a line: bit-equal steps (0, drawn at the floor) alternate with
                 # 1-ulp ones, and a joined line would paint a solid block between them
-                ax_dev.semilogy(np.arange(1, len(locked) + 1), np.maximum(locked, ZERO_FLOOR),
+                ax_dev.semilogy(np.arange(1, len(locked) + 1), np.maximum(locked, floor),
                                 color=c, ls="none", marker=".", ms=3,
                                 label=f"{run.backend}, lockstep")  # fmt: skip
         epochs = [e["epoch"] + 1 for e in run.epochs]
@@ -160,7 +174,7 @@ def write_plot(result: Comparison, path: Path) -> None:
     ax_dev.set(
         title=f"|loss - {result.reference} loss| per step",
         xlabel="step",
-        ylabel=f"absolute difference (0 drawn at {ZERO_FLOOR:.0e})",
+        ylabel=f"absolute difference (0 drawn at {floor:.0e})",
     )
     ax_dev.legend()
     ax_acc.set(title="test accuracy", xlabel="epoch", ylabel="%")
@@ -172,8 +186,10 @@ def write_plot(result: Comparison, path: Path) -> None:
     ax_speed.bar_label(bars, fmt="%.0f")
     ax_speed.set(title="training throughput (median over epochs)", ylabel="samples/s")
     verdict = "within tolerances" if result.ok else "TOLERANCE BROKEN"
+    r = result.recipe
     fig.suptitle(
-        f"polytrain compare: {result.recipe['model']} on {result.recipe['dataset']} ({verdict})"
+        f"polytrain compare: {r['model']} on {r['dataset']}, {r['optimizer']} lr {r['lr']}, "
+        f"{r.get('precision', 'fp32')} ({verdict})"
     )
     fig.tight_layout()
     with atomic_path(path) as tmp:
