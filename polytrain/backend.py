@@ -334,6 +334,7 @@ class Backend(ABC):
             "fp32": PrecisionSupport("fp32", True),
             "bf16": PrecisionSupport("bf16", False, why),
             "fp16": PrecisionSupport("fp16", False, why),
+            "fp64": PrecisionSupport("fp64", False, f"the {self.name} backend has no float64"),
         }
 
     def supported_precisions(self, device: Device | None = None) -> list[str]:

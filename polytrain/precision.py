@@ -154,7 +154,8 @@ class MixedPrecision:
         self.scaler: LossScaler | None = None
         if precision == "fp32":
             return
-        for support in {backend.precision_support(d)[precision] for d in devices}:
+        unknown = PrecisionSupport(precision, False, f"the backend does not report {precision}")
+        for support in {backend.precision_support(d).get(precision, unknown) for d in devices}:
             if not support.supported:
                 where = ", ".join(backend.device_name(d) for d in devices)
                 raise BackendError(

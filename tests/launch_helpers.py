@@ -51,16 +51,18 @@ def launch_command(
     return [*cmd, "--", *command]
 
 
-def steps_command(backend: str, out: Path, steps: int = 5) -> list[str]:
+def steps_command(backend: str, out: Path, steps: int = 5, precision: str = "fp32") -> list[str]:
     """The LeNet worker: ``steps`` steps on its rank's slice, parameters to out/rank<R>.npz."""
-    return [str(WORKER), backend, str(out), str(steps)]
+    return [str(WORKER), backend, str(out), str(steps), precision]
 
 
-def reference_params(backend: str, out: Path, steps: int = 5) -> dict[str, np.ndarray]:
+def reference_params(
+    backend: str, out: Path, steps: int = 5, precision: str = "fp32"
+) -> dict[str, np.ndarray]:
     """One process on the full batch (the same worker, no launcher)."""
     out.mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        [sys.executable, *steps_command(backend, out, steps)],
+        [sys.executable, *steps_command(backend, out, steps, precision)],
         env=clean_env(),
         check=True,
         timeout=300,

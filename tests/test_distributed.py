@@ -81,6 +81,23 @@ def test_two_processes_equal_one_process_on_the_full_batch(backend: str, tmp_pat
     assert {"workerlog.0", "workerlog.1"} <= {p.name for p in logs.iterdir()}
 
 
+def test_two_processes_in_fp64_equal_one_process_to_1e_12(backend: str, tmp_path: Path) -> None:
+    """The parity mode across processes: float64 gradients go through each engine exactly
+    (MXNet's servers add in float32, so float64 sums are gathered instead)."""
+    reference = reference_params(backend, tmp_path / "single", precision="fp64")
+    out, logs = tmp_path / "dist", tmp_path / "logs"
+    out.mkdir()
+    command = steps_command(backend, out, precision="fp64")
+    proc = _run(launch_command(backend, _master(), logs, command))
+    assert proc.returncode == 0, output_of(proc) + log_text(logs)
+    rank0, rank1 = load_npz(out / "rank0.npz"), load_npz(out / "rank1.npz")
+    assert rank0["conv1.weight"].dtype == np.float64
+    diff = max_param_diff(reference, rank0)
+    print(f"{backend} fp64: 2 processes vs 1 on the full batch, max |diff| {diff:.2e}")
+    assert diff <= 1e-12
+    assert max_param_diff(rank0, rank1) == 0.0
+
+
 def test_srun_style_tasks_without_a_launcher(backend: str, tmp_path: Path) -> None:
     """What ``srun --ntasks=2 polytrain ...`` gives each task: SLURM variables only
     (polytrain.cluster reads them); torch and Paddle join through MASTER_ADDR/PORT."""

@@ -20,9 +20,9 @@ from polytrain.testing import backends_under_test
 from polytrain.train import Datasets, Trainer, load_datasets
 
 BACKENDS = backends_under_test()
-# lr 0.1 plain SGD on real images: the parity recipe, chaotic in float32 (its
-# loss spikes after ~15 steps and float32 runs of different frameworks differ by 1e-2
-# within 20 steps); 40 steps of batch 64 keep the test short.
+# lr 0.1 plain SGD on real images: the parity recipe of docs/semantics.md, whose float32
+# runs of different frameworks part ways within ~20 steps; 40 steps of batch 64 keep the
+# test short.
 RECIPE = dict(
     train_samples=2560, test_samples=256, batch_size=64, optimizer="sgd", lr=0.1, epochs=1
 )

@@ -1,7 +1,7 @@
 """Worker for the multi-process tests: a few LeNet steps on this rank's slice of each global
 batch, through the engine the launcher set up; writes this rank's parameters to OUT/rank<R>.npz.
 
-Usage: python dist_steps.py BACKEND OUT_DIR [STEPS]
+Usage: python dist_steps.py BACKEND OUT_DIR [STEPS [PRECISION]]
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import numpy as np
 
 from polytrain import OptimizerConfig, get_backend, get_model_spec
 from polytrain.cluster import resolve
+from polytrain.precision import param_dtype
 from polytrain.sharding import shard_bounds
 from polytrain.step import StepRunner
 from polytrain.testing import batch
@@ -23,15 +24,16 @@ GLOBAL_BATCH = 30
 def main() -> None:
     name, out = sys.argv[1], Path(sys.argv[2])
     steps = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+    precision = sys.argv[4] if len(sys.argv) > 4 else "fp32"
     info = resolve()
     backend = get_backend(name, threads=1)
     spec = get_model_spec("lenet")
     devices = backend.devices("cpu")
     backend.init_distributed(info, devices, timeout=60)
-    model = backend.build_model(spec, devices)
+    model = backend.build_model(spec, devices, dtype=param_dtype(precision))
     backend.set_params(model, spec.init_params(seed=0))
     opt = backend.make_optimizer(model, OptimizerConfig("momentum", lr=0.05))
-    runner = StepRunner(backend, model, opt)
+    runner = StepRunner(backend, model, opt, precision=precision)
     losses = []
     for i in range(steps):
         x, y = batch(spec, GLOBAL_BATCH, seed=i)
