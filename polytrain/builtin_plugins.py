@@ -87,7 +87,10 @@ class ProgressBar:
 def lr_policy(recipe: dict[str, Any]) -> str:
     """The learning-rate policy in words, for the run header."""
     name = recipe.get("optimizer", "?")
-    text = f"{name} lr {recipe.get('lr')} constant"
+    warmup = recipe.get("warmup_steps") or 0
+    text = f"{name} lr {recipe.get('lr')} " + (
+        f"(linear warm-up over {warmup} steps)" if warmup else "constant"
+    )
     if name == "momentum":
         text += f", momentum {recipe.get('momentum')}"
     if recipe.get("weight_decay"):

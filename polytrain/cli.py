@@ -130,6 +130,13 @@ def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer", default=d.optimizer, help="sgd, momentum, adagrad, adam")
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--momentum", type=float, default=d.momentum)
+    p.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=d.warmup_steps,
+        metavar="N",
+        help="raise the lr linearly over the first N steps (0: constant lr)",
+    )
     p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="L2, all layers")
     p.add_argument(
         "--layer-weight-decay",
@@ -191,6 +198,7 @@ def recipe_from_args(args: argparse.Namespace) -> Recipe:
         optimizer=args.optimizer,
         lr=args.lr,
         momentum=args.momentum,
+        warmup_steps=args.warmup_steps,
         weight_decay=args.weight_decay,
         per_layer_weight_decay=parse_layer_decay(args.layer_weight_decay),
         seed=args.seed,

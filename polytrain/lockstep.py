@@ -77,12 +77,13 @@ class _Runner:
 
     def step_from(
         self, params: dict[str, np.ndarray], opt_state: dict[str, Any] | None, x: np.ndarray,
-        y: np.ndarray,
+        y: np.ndarray, lr: float,
     ) -> tuple[float, float, dict[str, np.ndarray], dict[str, Any]]:  # fmt: skip
         b = self.backend
         b.set_params(self.model, params)
         if opt_state is not None:
             self.optimizer.load_state_dict(opt_state)
+        self.optimizer.set_lr(lr)
         result = self.runner.train_step(x, y)
         grad_norm = b.grad_norm(self.model)
         return (
@@ -118,9 +119,10 @@ def lockstep(
     epoch = 0
     while done < steps:
         for x, y in loader.epoch(epoch):
-            ref = runners[reference].step_from(params, opt_state, x, y)
+            lr = recipe.lr_at(done)
+            ref = runners[reference].step_from(params, opt_state, x, y, lr)
             for name in backends[1:]:
-                loss, norm, new_params, _ = runners[name].step_from(params, opt_state, x, y)
+                loss, norm, new_params, _ = runners[name].step_from(params, opt_state, x, y, lr)
                 result.loss_diff[name].append(abs(loss - ref[0]))
                 result.grad_norm_rel_diff[name].append(abs(norm - ref[1]) / max(ref[1], 1e-12))
                 result.param_diff[name].append(

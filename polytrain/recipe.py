@@ -23,6 +23,7 @@ class Recipe:
     optimizer: str = "momentum"
     lr: float = 0.05
     momentum: float = 0.9
+    warmup_steps: int = 0  # lr rises linearly over the first N steps (0: constant)
     weight_decay: float = 0.0
     per_layer_weight_decay: dict[str, float] = field(default_factory=dict)
     seed: int = 0
@@ -58,9 +59,17 @@ class Recipe:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {value!r}.")
+        if not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise ConfigError(f"--warmup-steps must be an integer >= 0, got {self.warmup_steps!r}.")
         if not 0.0 <= self.val_split < 1.0:
             raise ConfigError(f"--val-split must be in [0, 1), got {self.val_split!r}.")
         self.optimizer_config()  # validates optimizer name, lr, decay
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate of optimizer step ``step`` (0-based): linear warm-up, then constant."""
+        if step < self.warmup_steps:
+            return self.lr * (step + 1) / self.warmup_steps
+        return self.lr
 
     def optimizer_config(self) -> OptimizerConfig:
         return OptimizerConfig(

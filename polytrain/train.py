@@ -264,6 +264,7 @@ class Trainer:
                     self.global_step + 1
                 )
                 outputs = self._layer_outputs(x) if inspecting else []
+                self.optimizer.set_lr(r.lr_at(self.global_step))
                 result = self.runner.train_step(x, y, global_count=sizes[step])
                 loss = result.loss_sum / result.samples
                 if not np.isfinite(loss) and self.runner.mixed_precision.scaler is None:

@@ -109,3 +109,36 @@ def test_cli_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert err.startswith("polytrain train: error: --epochs must be an integer >= 1")
     assert main(["train", "--backend", "torch", "--model", "vgg"]) == 2
     assert "Unknown model 'vgg'" in capsys.readouterr().err
+
+
+def test_warmup_sets_each_steps_lr(backend_name: str) -> None:
+    """Linear warm-up: step k of N uses lr*(k+1)/N; the backend applies the lr it is given."""
+    rec = LrRecorder()
+    base = {**SMALL, "epochs": 1, "optimizer": "sgd", "lr": 0.4}
+    warm = Trainer(Recipe(**base, warmup_steps=4), backend_name, plugins=[rec], progress=False)
+    warm.fit()
+    assert rec.lrs == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.4, 0.4, 0.4, 0.4])
+    first = {**base, "max_steps": 1}
+    one_warm = Trainer(Recipe(**first, warmup_steps=4), backend_name, progress=False)
+    one_plain = Trainer(Recipe(**{**first, "lr": 0.1}), backend_name, progress=False)
+    one_warm.fit()
+    one_plain.fit()
+    a = one_warm.backend.get_params(one_warm.model)
+    b = one_plain.backend.get_params(one_plain.model)
+    assert max(float(np.max(np.abs(a[k] - b[k]))) for k in a) < 1e-6
+
+
+def test_warmup_steps_validated() -> None:
+    with pytest.raises(ValueError, match="--warmup-steps must be an integer >= 0"):
+        Recipe(warmup_steps=-1)
+    assert [Recipe(lr=1.0, warmup_steps=2).lr_at(s) for s in range(3)] == [0.5, 1.0, 1.0]
+    assert Recipe(lr=1.0).lr_at(0) == 1.0
+
+
+class LrRecorder:
+    def __init__(self) -> None:
+        self.lrs: list[float] = []
+
+    @hookimpl
+    def polytrain_step_end(self, run, step):  # type: ignore[no-untyped-def]
+        self.lrs.append(step.lr)
