@@ -16,7 +16,7 @@ from polytrain.models import get_model_spec
 from polytrain.optim import OptimizerConfig
 from polytrain.recipe import Recipe
 from polytrain.step import StepRunner
-from polytrain.testing import backends_under_test
+from polytrain.testing import backends_under_test, batch, tiny_resnet
 from polytrain.train import Datasets, Trainer, load_datasets
 
 BACKENDS = backends_under_test()
@@ -102,3 +102,34 @@ def test_compare_holds_fp64_free_runs_to_the_step_tolerance(precision: str) -> N
             "free runs a vs b (fp64): the loss differs by 1.00e-01 at step 3 (tolerance 1e-04 "
             "over the first 200 steps)"
         ]
+
+
+def _batchnorm_run(backend: str) -> tuple[list[float], dict[str, np.ndarray], np.ndarray]:
+    """Ten momentum steps of a residual net with BatchNorm in float64 (train mode: batch
+    statistics forward, running mean and torch's unbiased running variance updated), then
+    eval-mode logits from the running statistics."""
+    b = get_backend(backend)
+    spec = tiny_resnet()
+    model = b.build_model(spec, dtype="float64")
+    b.set_params(model, spec.init_params(seed=4))
+    opt = b.make_optimizer(model, OptimizerConfig("momentum", lr=0.1, momentum=0.9))
+    runner = StepRunner(b, model, opt, precision="fp64")
+    losses = []
+    for i in range(10):
+        x, y = batch(spec, 16, seed=i)
+        result = runner.train_step(x, y)
+        losses.append(result.loss_sum / result.samples)
+    x, _ = batch(spec, 16, seed=99)
+    return losses, b.get_params(model), runner.predict(x)
+
+
+def test_batchnorm_training_agrees_across_frameworks() -> None:
+    runs = {name: _batchnorm_run(name) for name in BACKENDS}
+    ref_losses, ref_params, ref_logits = runs[BACKENDS[0]]
+    assert ref_losses[-1] < ref_losses[0] - 0.1  # it trained
+    assert any("running_var" in k for k in ref_params)
+    for name, (losses, params, logits) in runs.items():
+        np.testing.assert_allclose(losses, ref_losses, rtol=0, atol=1e-12, err_msg=name)
+        for k, v in ref_params.items():
+            np.testing.assert_allclose(params[k], v, rtol=0, atol=1e-11, err_msg=f"{name} {k}")
+        np.testing.assert_allclose(logits, ref_logits, rtol=0, atol=1e-11, err_msg=name)

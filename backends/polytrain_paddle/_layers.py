@@ -55,14 +55,22 @@ class _BatchNorm2D(nn.BatchNorm2D):
 
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
         if not self.training:
+            if x.dtype == paddle.float64:  # the fused kernel's float32 epsilon, see below
+                shape = [1, -1, 1, 1]
+                scale = self.weight / paddle.sqrt(self._variance + self._epsilon)
+                shift = self.bias - self._mean * scale
+                return x * scale.reshape(shape) + shift.reshape(shape)
             return super().forward(x)
         # Momentum 0 makes Paddle's fused kernel write the batch mean and biased variance
         # into these scratch tensors; the running stats are then updated as torch does.
-        mean, var = paddle.zeros_like(self._mean), paddle.zeros_like(self._variance)
-        y = F.batch_norm(
-            x, mean, var, self.weight, self.bias, training=True, momentum=0.0,
-            epsilon=self._epsilon,
-        )  # fmt: skip
+        if x.dtype == paddle.float64:
+            y, mean, var = self._float64_train(x)
+        else:
+            mean, var = paddle.zeros_like(self._mean), paddle.zeros_like(self._variance)
+            y = F.batch_norm(
+                x, mean, var, self.weight, self.bias, training=True, momentum=0.0,
+                epsilon=self._epsilon,
+            )  # fmt: skip
         n = math.prod(x.shape) // x.shape[1]
         m = self._torch_momentum
         with paddle.no_grad():
@@ -70,6 +78,28 @@ class _BatchNorm2D(nn.BatchNorm2D):
             unbiased = var * (n / max(n - 1, 1))
             paddle.assign(self._variance * (1 - m) + unbiased * m, output=self._variance)
         return y
+
+    def _float64_train(self, x: paddle.Tensor) -> tuple[paddle.Tensor, ...]:
+        """Train-mode BatchNorm from element-wise ops, for float64 models (--precision fp64):
+        Paddle 3.3.1's fused kernel takes ``epsilon`` as a float32 attribute (1e-5 becomes
+        9.99999975e-6: outputs off by ~7e-14, a loss by ~1e-12); these ops stay float64."""
+        mean = x.mean(axis=[0, 2, 3], keepdim=True)
+        centered = x - mean
+        var = (centered * centered).mean(axis=[0, 2, 3], keepdim=True)
+        shape = [1, -1, 1, 1]
+        y = centered / paddle.sqrt(var + self._epsilon)
+        y = y * self.weight.reshape(shape) + self.bias.reshape(shape)
+        return y, mean.detach().flatten(), var.detach().flatten()
+
+
+class _GlobalAvgPool2D(nn.AdaptiveAvgPool2D):
+    """Global average pooling; float64 models take ``mean``, whose backward stays float64
+    (Paddle 3.3.1's adaptive-pool backward scales by a float32 1/(H*W): 1/9 is off by 3e-8)."""
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        if x.dtype == paddle.float64:
+            return x.mean(axis=[2, 3], keepdim=True)
+        return super().forward(x)
 
 
 class _AvgPool2D(nn.AvgPool2D):
@@ -119,7 +149,7 @@ def build(layer: Layer) -> nn.Layer:
     if isinstance(layer, AvgPool2d):
         return _AvgPool2D(layer)
     if isinstance(layer, GlobalAvgPool2d):
-        return nn.AdaptiveAvgPool2D(1)
+        return _GlobalAvgPool2D(1)
     if isinstance(layer, Flatten):
         return nn.Flatten()
     if isinstance(layer, Dropout):
