@@ -1,0 +1,24 @@
+"""The parity probe of benchmarks/ runs, and its fp64 verdict holds on a small model."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from benchmarks import parity_steps
+from polytrain.testing import backends_under_test
+
+
+def test_parity_steps_fp64_differences_are_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    names = backends_under_test()
+    argv = ["--backends", ",".join(names), "--model", "lenet", "--steps", "3",
+            "--batch-size", "16", "--precision", "fp64"]  # fmt: skip
+    assert parity_steps.main(argv) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] in ([n] for n in names)]
+    assert [r[0] for r in rows] == names[1:]
+    for row in rows:
+        diffs = [float(v) for v in row[1:]]
+        assert len(diffs) == 3 and max(diffs) < 1e-12, row
+    assert re.search(r"lenet, fp64, 3 momentum steps of batch 16", out)
