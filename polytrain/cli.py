@@ -430,7 +430,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
     """Convert weights between .pt, .pdparams, .params and neutral checkpoints."""
     from .convert import convert
 
-    report = convert(args.input, args.output, args.to, model=args.model, name_map=args.map)
+    report = convert(
+        args.input, args.output, args.to, model=args.model, name_map=args.map, dtype=args.dtype
+    )
     print(report.format())
     return 0
 
@@ -555,6 +557,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", required=True, choices=["torch", "paddle", "mxnet", "neutral"])
     p.add_argument("--model", default=None, help="built-in model (default: detected)")
     p.add_argument("--map", default=None, help="JSON name map for your own model")
+    p.add_argument(
+        "--dtype",
+        default=None,
+        choices=["float32", "float64"],
+        help="of the weights written (default: float32 for .pt/.pdparams/.params, the "
+        "source's for a neutral checkpoint)",
+    )
     p.set_defaults(func=cmd_convert, subparser=p)
 
     p = sub.add_parser("env", help="rank, world size and master as this process sees them")

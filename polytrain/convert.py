@@ -52,6 +52,7 @@ from .native_io import FRAMEWORKS, LABELS
 
 PathLike = str | os.PathLike[str]
 TARGETS = (*FRAMEWORKS, "neutral")
+DTYPES = ("float32", "float64")  # of the float tensors a conversion writes
 _LIST_MAX = 6
 _TORCH_IGNORED = ".num_batches_tracked"
 _BN_NAMES = {
@@ -356,22 +357,36 @@ def write_weights(
     model: str | ModelSpec | None = None,
     name_map: PathLike | Mapping[str, Any] | None = None,
     other: str = "torch",
+    dtype: str | None = None,
 ) -> Path:
     """Write canonical weights as ``to`` (torch, paddle, mxnet or neutral), atomically;
-    for neutral ``path`` is a checkpoint directory. Nothing is written on any error."""
+    for neutral ``path`` is a checkpoint directory. Nothing is written on any error.
+    ``dtype`` (float32 or float64) is that of the float tensors written; by default
+    float32 for the native formats (what ordinary framework code loads: Paddle refuses a
+    float64 tensor for a float32 parameter) and the weights' own for a neutral checkpoint
+    (float64 after a ``--precision fp64`` run)."""
     if to not in TARGETS:
         raise ConfigError(f"Unknown target {to!r}; use one of {', '.join(TARGETS)}.")
+    if dtype not in (None, *DTYPES):
+        raise ConfigError(f"Unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}.")
     if isinstance(weights, Weights):
         params, spec, ck = weights.params, _spec(model) or weights.spec, weights.checkpoint
     else:
         params, spec, ck = _float32(dict(weights)), _spec(model), None
+    target = dtype or (_float_dtype(params) if to == "neutral" else "float32")
+    if target != _float_dtype(params) and isinstance(weights, Weights) and dtype is None:
+        weights.notes.append(
+            f"{_float_dtype(params)} weights (a --precision fp64 run) written as {target}, "
+            "what native code expects; pass --dtype float64 to keep them"
+        )
+    params = _as_floats(params, target)
     if spec is not None:
         problems = _difference(spec.parameter_shapes(), {n: np.shape(a) for n, a in params.items()})
         if problems:
             raise CheckpointError(f"The weights are not model {spec.name!r}: {problems}.")
     user = load_map(name_map) if name_map is not None else None
     if to == "neutral":
-        return _write_neutral(path, params, spec, ck, weights)
+        return _write_neutral(path, params, spec, ck, weights, target)
     nmap = _map_for(to, spec, user, other)
     if nmap is None:
         nmap = _generic_write_map(to, params)
@@ -380,7 +395,7 @@ def write_weights(
 
 
 def _write_neutral(path: PathLike, params: dict[str, np.ndarray], spec: ModelSpec | None,
-                   ck: Any, weights: Any) -> Path:  # fmt: skip
+                   ck: Any, weights: Any, dtype: str) -> Path:  # fmt: skip
     source = (
         {"format": weights.format, "path": str(weights.path)}
         if isinstance(weights, Weights)
@@ -394,8 +409,11 @@ def _write_neutral(path: PathLike, params: dict[str, np.ndarray], spec: ModelSpe
             history=ck.history, extra=ck.manifest.get("extra") or {},
             backend=ck.manifest["backend"].get("name"),
             framework_version=ck.manifest["backend"].get("framework_version"),
+            param_dtype=dtype,
         )  # fmt: skip
-    return save_checkpoint(path, params=params, spec=spec, extra={"converted_from": source})
+    return save_checkpoint(
+        path, params=params, spec=spec, extra={"converted_from": source}, param_dtype=dtype
+    )
 
 
 def _generic_write_map(to: str, params: Mapping[str, np.ndarray]) -> NameMap:
@@ -456,14 +474,18 @@ def convert(
     *,
     model: str | ModelSpec | None = None,
     name_map: PathLike | Mapping[str, Any] | None = None,
+    dtype: str | None = None,
 ) -> ConvertReport:
-    """Read ``source`` (any format), write it as ``to`` at ``target``. Errors are one-line
+    """Read ``source`` (any format), write it as ``to`` at ``target`` (float tensors in
+    ``dtype``, see :func:`write_weights`). Errors are one-line
     :class:`~polytrain.errors.PolytrainError`; ``target`` is then untouched."""
     if to not in TARGETS:
         raise ConfigError(f"Unknown target {to!r}; use one of {', '.join(TARGETS)}.")
     try:
         weights = read_weights(source, model=model, name_map=name_map, other=to)
-        written = write_weights(target, weights, to, name_map=name_map, other=weights.format)
+        written = write_weights(
+            target, weights, to, name_map=name_map, other=weights.format, dtype=dtype
+        )
     except PolytrainError as exc:  # the CLI prints one line
         raise type(exc)(" ".join(str(exc).split())) from exc
     except OSError as exc:  # the target's directory is read-only, the disk is full, ...
@@ -539,6 +561,21 @@ def _spec(model: str | ModelSpec | None) -> ModelSpec | None:
 def _check_framework(framework: str) -> None:
     if framework not in FRAMEWORKS:
         raise ConfigError(f"Unknown framework {framework!r}; use one of {', '.join(FRAMEWORKS)}.")
+
+
+def _float_dtype(params: Mapping[str, Any]) -> str:
+    """float64 if any float tensor is float64 (an fp64 run), else float32."""
+    wide = any(np.asarray(a).dtype == np.float64 for a in params.values())
+    return "float64" if wide else "float32"
+
+
+def _as_floats(params: Mapping[str, Any], dtype: str) -> dict[str, np.ndarray]:
+    """Float tensors in ``dtype``, others as they are."""
+    out = {}
+    for name, value in params.items():
+        arr = np.asarray(value)
+        out[name] = arr.astype(dtype, copy=False) if arr.dtype.kind == "f" else arr
+    return out
 
 
 def _float32(params: Mapping[str, Any]) -> dict[str, np.ndarray]:

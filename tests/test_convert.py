@@ -388,3 +388,32 @@ def test_bad_map(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "map.json").write_text('{"fc1.weight": {"nativ": "x"}}')
     err = run_bad(tmp_path, capsys, files["mxnet"], "--map", str(tmp_path / "map.json"))
     assert "entry 'fc1.weight'" in err
+
+
+# -- float64 weights (a --precision fp64 run) ------------------------------------------------------
+
+
+def test_fp64_checkpoint_converts_to_float32_native_by_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Plain Paddle refuses a float64 tensor for a float32 parameter: native files are
+    float32 unless --dtype float64 asks otherwise; neutral copies keep float64."""
+    spec = get_model_spec("lenet")
+    wide = {k: v.astype(np.float64) / 3 for k, v in random_params(spec).items()}
+    save_checkpoint(tmp_path / "ck", params=wide, spec=spec, param_dtype="float64")
+    readers = {"torch": read_torch, "paddle": read_paddle, "mxnet": read_mxnet}
+    for to, reader in readers.items():
+        out = tmp_path / f"m{SUFFIX[to]}"
+        assert convert(tmp_path / "ck", out, "--to", to) == 0
+        assert "written as float32, what native code expects" in capsys.readouterr().out
+        assert {str(a.dtype) for a in reader(out).values()} == {"float32"}, to
+        back = read_weights(out, model="lenet").params
+        assert_same(back, {k: v.astype(np.float32) for k, v in wide.items()})
+        kept = tmp_path / f"m64{SUFFIX[to]}"
+        assert convert(tmp_path / "ck", kept, "--to", to, "--dtype", "float64") == 0
+        assert {str(a.dtype) for a in reader(kept).values()} == {"float64"}, to
+    assert convert(tmp_path / "ck", tmp_path / "copy", "--to", "neutral") == 0
+    copy = read_weights(tmp_path / "copy").params
+    assert_same(copy, wide)  # float64 kept, values exact
+    with pytest.raises(ConfigError, match="Unknown dtype 'float16'"):
+        write_weights(tmp_path / "x.pt", wide, "torch", dtype="float16")
