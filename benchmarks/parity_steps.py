@@ -23,16 +23,15 @@ from polytrain.optim import OptimizerConfig
 from polytrain.precision import param_dtype
 from polytrain.recipe import Recipe
 from polytrain.step import StepRunner
-from polytrain.train import load_datasets
+from polytrain.train import Datasets, load_datasets
 
 from .run import BACKENDS
 
 Result = tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, float]
 
 
-def run_backend(name: str, args: argparse.Namespace) -> Result:
+def run_backend(name: str, args: argparse.Namespace, data: Datasets) -> Result:
     """Train ``args.steps`` steps on backend ``name``; losses, final params, eval logits."""
-    data = load_datasets(Recipe(train_samples=args.batch_size * args.steps, test_samples=64))
     spec = get_model_spec(args.model)
     b = get_backend(name)
     model = b.build_model(spec, dtype=param_dtype(args.precision))
@@ -61,9 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     names = args.backends.split(",")
+    data = load_datasets(Recipe(train_samples=args.batch_size * args.steps, test_samples=64))
     results = {}
     for name in names:
-        results[name] = run_backend(name, args)
+        results[name] = run_backend(name, args, data)
         print(f"-- {name}: {args.steps} steps in {results[name][3]:.1f} s", flush=True)
     ref_losses, ref_params, ref_logits, _ = results[names[0]]
     print(

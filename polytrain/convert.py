@@ -260,7 +260,7 @@ def read_weights(
         raise CheckpointError(
             f"{exc} It holds model {found[0]!r}: pass --model {found[0]}."
         ) from None
-    return Weights(_float32(params), spec, fmt, Path(path), notes)
+    return Weights(_as_floats(params, "float32"), spec, fmt, Path(path), notes)
 
 
 def _read_neutral(path: PathLike, spec: ModelSpec | None) -> Weights:
@@ -371,12 +371,13 @@ def write_weights(
         raise ConfigError(f"Unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}.")
     if isinstance(weights, Weights):
         params, spec, ck = weights.params, _spec(model) or weights.spec, weights.checkpoint
-    else:
-        params, spec, ck = _float32(dict(weights)), _spec(model), None
-    target = dtype or (_float_dtype(params) if to == "neutral" else "float32")
-    if target != _float_dtype(params) and isinstance(weights, Weights) and dtype is None:
+        own = _float_dtype(params)
+    else:  # plain arrays are canonical float32 unless ``dtype`` says otherwise
+        params, spec, ck, own = dict(weights), _spec(model), None, "float32"
+    target = dtype or (own if to == "neutral" else "float32")
+    if target != own and dtype is None and isinstance(weights, Weights):
         weights.notes.append(
-            f"{_float_dtype(params)} weights (a --precision fp64 run) written as {target}, "
+            f"{own} weights (a --precision fp64 run) written as {target}, "
             "what native code expects; pass --dtype float64 to keep them"
         )
     params = _as_floats(params, target)
@@ -570,20 +571,11 @@ def _float_dtype(params: Mapping[str, Any]) -> str:
 
 
 def _as_floats(params: Mapping[str, Any], dtype: str) -> dict[str, np.ndarray]:
-    """Float tensors in ``dtype``, others as they are."""
+    """Float tensors in ``dtype`` (float32 is the canonical one), others as they are."""
     out = {}
     for name, value in params.items():
         arr = np.asarray(value)
         out[name] = arr.astype(dtype, copy=False) if arr.dtype.kind == "f" else arr
-    return out
-
-
-def _float32(params: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Float tensors as float32 (the canonical dtype), others as they are."""
-    out = {}
-    for name, value in params.items():
-        arr = np.asarray(value)
-        out[name] = arr.astype(np.float32) if arr.dtype.kind == "f" else arr
     return out
 
 

@@ -264,9 +264,7 @@ class Trainer:
                     self.global_step + 1
                 )
                 outputs = self._layer_outputs(x) if inspecting else []
-                lr = r.lr_at(self.global_step)
-                if lr != self.optimizer.lr:  # the warm-up; a constant lr costs nothing
-                    self.optimizer.set_lr(lr)
+                self.optimizer.set_lr(r.lr_at(self.global_step))  # backends apply changes only
                 result = self.runner.train_step(x, y, global_count=sizes[step])
                 loss = result.loss_sum / result.samples
                 if not np.isfinite(loss) and self.runner.mixed_precision.scaler is None:

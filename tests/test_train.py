@@ -28,6 +28,7 @@ class Recorder:
     def __init__(self) -> None:
         self.events: list[str] = []
         self.losses: list[float] = []
+        self.lrs: list[float] = []
 
     @hookimpl
     def polytrain_train_start(self, run):  # type: ignore[no-untyped-def]
@@ -36,6 +37,7 @@ class Recorder:
     @hookimpl
     def polytrain_step_end(self, run, step):  # type: ignore[no-untyped-def]
         self.losses.append(step.loss)
+        self.lrs.append(step.lr)
 
     @hookimpl
     def polytrain_epoch_end(self, run, epoch):  # type: ignore[no-untyped-def]
@@ -113,7 +115,7 @@ def test_cli_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_warmup_sets_each_steps_lr(backend_name: str) -> None:
     """Linear warm-up: step k of N uses lr*(k+1)/N; the backend applies the lr it is given."""
-    rec = LrRecorder()
+    rec = Recorder()
     base = {**SMALL, "epochs": 1, "optimizer": "sgd", "lr": 0.4}
     warm = Trainer(Recipe(**base, warmup_steps=4), backend_name, plugins=[rec], progress=False)
     warm.fit()
@@ -133,12 +135,3 @@ def test_warmup_steps_validated() -> None:
         Recipe(warmup_steps=-1)
     assert [Recipe(lr=1.0, warmup_steps=2).lr_at(s) for s in range(3)] == [0.5, 1.0, 1.0]
     assert Recipe(lr=1.0).lr_at(0) == 1.0
-
-
-class LrRecorder:
-    def __init__(self) -> None:
-        self.lrs: list[float] = []
-
-    @hookimpl
-    def polytrain_step_end(self, run, step):  # type: ignore[no-untyped-def]
-        self.lrs.append(step.lr)
