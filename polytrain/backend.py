@@ -288,6 +288,12 @@ class Backend(ABC):
         """Read the framework's own format written by :meth:`save_native` or by plain
         framework code (torch loads with ``weights_only=True``)."""
 
+    def encode_weights(self, tensors: dict[str, np.ndarray]) -> bytes:
+        """Named arrays as the bytes of the framework's own weights file, for formats only
+        the framework can write (a ``.pt`` pickle names torch's own classes);
+        :mod:`polytrain.native_io` writes the others with numpy and calls this for those."""
+        raise BackendError(f"The {self.name} backend does not encode weight files.")
+
     # -- processes ------------------------------------------------------------------------
 
     def init_distributed(

@@ -9,7 +9,7 @@ torch     ``torch.save(state_dict)``: a zip (``PK\\x03\\x04``) holding ``<archiv
           on persistent ids ``('storage', torch.FloatStorage, key, location, numel)``) and
           one raw little-endian file ``<archive>/data/<key>`` per storage. Read by a
           restricted unpickler that knows only those names and never imports torch;
-          written with torch itself (:func:`write_torch`).
+          written by the torch backend (:func:`write_torch`).
 paddle    ``paddle.save(layer.state_dict())``: a pickle (``\\x80``) of a dict of numpy arrays
           plus the ``StructuredToParameterName@@`` name table; protocol 2/3 cut arrays over
           1 GiB into slices listed in ``UnpackBigParamInfor@@``. Read with
@@ -314,20 +314,21 @@ def _state_dict(obj: Any, source: str) -> dict[str, np.ndarray]:
 
 
 def write_torch(path: PathLike, tensors: Mapping[str, np.ndarray]) -> None:
-    """``torch.save`` of a state dict, atomically. Needs torch (the zip's pickle must
-    name torch's own classes, so polytrain does not fake it)."""
+    """``torch.save`` of a state dict, atomically. The bytes come from the torch backend
+    (the zip's pickle must name torch's own classes, so polytrain does not fake it, and
+    the core never imports a framework itself)."""
+    from .errors import BackendError
+    from .plugins import get_backend
+
     try:
-        import torch
-    except ImportError:
+        backend = get_backend("torch")
+    except BackendError as exc:
         raise CheckpointError(
-            f"Writing {path} (a PyTorch .pt file) needs PyTorch, which is not installed: "
-            "pip install 'polytrain[torch]'. Or convert with --to neutral, which needs no "
-            "framework and loads into torch with polytrain."
+            f"Writing {path} (a PyTorch .pt file) needs polytrain's torch backend: {exc} "
+            "Or convert with --to neutral, which needs no framework and loads into torch "
+            "with polytrain."
         ) from None
-    state = {k: torch.from_numpy(np.array(v, order="C")) for k, v in tensors.items()}
-    buffer = io.BytesIO()  # archive name "archive", whatever the temporary file is called
-    torch.save(state, buffer)
-    _write_bytes(path, buffer.getvalue())
+    _write_bytes(path, backend.encode_weights(dict(tensors)))
 
 
 # -- paddle ---------------------------------------------------------------------------------------

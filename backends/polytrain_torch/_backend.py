@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import io
 import sys
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -406,6 +407,12 @@ class TorchBackend(Backend):
         state = {k: v.detach().cpu().clone() for k, v in model.replicas[0].state_dict().items()}
         with atomic_path(path) as tmp:
             torch.save(state, tmp)
+
+    def encode_weights(self, tensors: dict[str, np.ndarray]) -> bytes:
+        state = {k: torch.from_numpy(np.array(v, order="C")) for k, v in tensors.items()}
+        buffer = io.BytesIO()  # archive name "archive", whatever the file will be called
+        torch.save(state, buffer)
+        return buffer.getvalue()
 
     def load_native(self, model: Model, path: str) -> None:
         try:
