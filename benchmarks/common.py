@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from polytrain.models import (
+from polytrain.neutral.models import (
     AvgPool2d,
     Conv2d,
     Flatten,

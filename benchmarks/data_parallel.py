@@ -53,7 +53,7 @@ def measure(backend: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
     The device counts take turns step by step, so a burst of load from another
     process on a shared machine hits them alike; medians drop the bursts."""
     from polytrain import OptimizerConfig, get_model_spec
-    from polytrain.step import StepRunner
+    from polytrain.training.step import StepRunner
 
     spec = get_model_spec("lenet")
     rng = np.random.default_rng(0)
@@ -186,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.worker:
         worker(args)
         return 0
-    from polytrain.plugins import installed_backends
+    from polytrain.plugins.registry import installed_backends
 
     names = args.backends.split(",") if args.backends else installed_backends()
     results = [run_backend(name, args) for name in names]

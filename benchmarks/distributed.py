@@ -54,9 +54,9 @@ def timed(backend: Any, fn: Callable[..., Any], sink: list[float]) -> Callable[.
 def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """One process of the job: median step and sync times of its share of each batch."""
     from polytrain import OptimizerConfig, get_backend, get_model_spec
-    from polytrain.cluster import resolve
-    from polytrain.sharding import shard_bounds
-    from polytrain.step import StepRunner
+    from polytrain.distributed.cluster import resolve
+    from polytrain.neutral.sharding import shard_bounds
+    from polytrain.training.step import StepRunner
 
     backend = get_backend(name, threads=1)
     devices = backend.devices("cpu")
@@ -113,7 +113,7 @@ def _worker_command(name: str, result: Path, args: argparse.Namespace) -> list[s
 
 def run(name: str, processes: int, args: argparse.Namespace) -> dict[str, Any]:
     """One measurement: a plain process, or ``polytrain launch`` with 2 processes."""
-    from polytrain.launch import free_port
+    from polytrain.distributed.launch import free_port
 
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "POLYTRAIN_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
@@ -182,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.worker:
         worker(args)
         return 0
-    from polytrain.plugins import installed_backends
+    from polytrain.plugins.registry import installed_backends
 
     names = args.backends.split(",") if args.backends else installed_backends()
     results = [run(name, n, args) for name in names for n in (1, 2)]

@@ -92,7 +92,7 @@ def run_job(job: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def worker(job: dict[str, Any]) -> int:
-    from polytrain.threads import export_thread_env
+    from polytrain.utils.threads import export_thread_env
 
     from .common import Workload
 

@@ -19,11 +19,11 @@ import time
 import numpy as np
 
 from polytrain import get_backend, get_model_spec
-from polytrain.optim import OptimizerConfig
-from polytrain.precision import param_dtype
-from polytrain.recipe import Recipe
-from polytrain.step import StepRunner
-from polytrain.train import Datasets, load_datasets
+from polytrain.backend.precision import param_dtype
+from polytrain.neutral.optim import OptimizerConfig
+from polytrain.training.recipe import Recipe
+from polytrain.training.step import StepRunner
+from polytrain.training.trainer import Datasets, load_datasets
 
 from .run import BACKENDS
 

@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def worker(job: dict[str, Any]) -> int:
     from polytrain import get_backend
-    from polytrain.recipe import Recipe
-    from polytrain.train import Trainer, load_datasets
+    from polytrain.training.recipe import Recipe
+    from polytrain.training.trainer import Trainer, load_datasets
 
     backend = get_backend(job["backend"])
     if job["precision"] not in backend.supported_precisions():

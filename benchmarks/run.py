@@ -107,7 +107,7 @@ def run_worker(name: str, work: Any, repeats: int) -> dict[str, Any]:
 
 
 def worker(name: str, work_dict: dict[str, Any], repeats: int) -> int:
-    from polytrain.threads import cpu_count, export_thread_env
+    from polytrain.utils.threads import cpu_count, export_thread_env
 
     from .common import Workload
 

@@ -9,9 +9,9 @@ import numpy as np
 
 from polytrain import get_backend, hookimpl
 from polytrain.data import ArrayDataset
-from polytrain.recipe import Recipe
-from polytrain.records import RunInfo, StepRecord
-from polytrain.train import Datasets, Trainer
+from polytrain.plugins.records import RunInfo, StepRecord
+from polytrain.training.recipe import Recipe
+from polytrain.training.trainer import Datasets, Trainer
 
 from .common import MODEL, Clock, Measurement, Workload
 

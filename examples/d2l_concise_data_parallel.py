@@ -21,9 +21,9 @@ import argparse
 import dataclasses
 from collections.abc import Sequence
 
-from polytrain.recipe import Recipe
-from polytrain.records import Summary
-from polytrain.train import Trainer
+from polytrain.plugins.records import Summary
+from polytrain.training.recipe import Recipe
+from polytrain.training.trainer import Trainer
 
 
 def train(args: argparse.Namespace) -> Summary:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from polytrain import OptimizerConfig, get_backend, get_model_spec
 from polytrain.data import BatchLoader, load_dataset
-from polytrain.optim import OPTIMIZERS
+from polytrain.neutral.optim import OPTIMIZERS
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:

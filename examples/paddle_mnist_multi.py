@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from polytrain import Backend, OptimizerConfig, get_backend, get_model_spec
-from polytrain.cluster import resolve
 from polytrain.data import BatchLoader, load_dataset
-from polytrain.optim import OPTIMIZERS
-from polytrain.step import StepRunner
+from polytrain.distributed.cluster import resolve
+from polytrain.neutral.optim import OPTIMIZERS
+from polytrain.training.step import StepRunner
 
 
 def main(argv: list[str] | None = None) -> list[float]:

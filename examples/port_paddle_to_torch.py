@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from polytrain import get_backend, get_model_spec
-from polytrain.convert import convert
-from polytrain.recipe import Recipe
-from polytrain.train import Trainer, load_datasets
+from polytrain.io.convert import convert
+from polytrain.training.recipe import Recipe
+from polytrain.training.trainer import Trainer, load_datasets
 
 
 def torch_mnist() -> Any:

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from polytrain import OptimizerConfig, get_backend, get_model_spec
-from polytrain.checkpoint import load_checkpoint, save_checkpoint
 from polytrain.data import ArrayDataset, BatchLoader, load_dataset
+from polytrain.io.checkpoint import load_checkpoint, save_checkpoint
 
 
 def model_with_loss(backend: Any, model: Any, replica: int, x: Any, labels: Any) -> tuple[Any, Any]:

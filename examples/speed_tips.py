@@ -23,9 +23,9 @@ import numpy as np
 
 from polytrain import Backend, OptimizerConfig, get_backend, get_model_spec
 from polytrain.data import BatchLoader, load_dataset
-from polytrain.recipe import Recipe
-from polytrain.step import StepRunner
-from polytrain.train import Datasets, Trainer
+from polytrain.training.recipe import Recipe
+from polytrain.training.step import StepRunner
+from polytrain.training.trainer import Datasets, Trainer
 
 
 def tip(number: str, title: str, text: str) -> None:

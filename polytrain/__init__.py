@@ -6,8 +6,8 @@ entry-point group and import their framework only when built.
 
 from __future__ import annotations
 
-from .backend import Backend, BackendOptions, Model
-from .errors import (
+from polytrain.backend.base import Backend, BackendOptions, Model
+from polytrain.errors import (
     BackendError,
     CheckpointError,
     ClusterError,
@@ -16,10 +16,15 @@ from .errors import (
     NonFiniteLossError,
     PolytrainError,
 )
-from .hookspecs import hookimpl, hookspec
-from .models import ModelSpec, get_model_spec
-from .optim import OptimizerConfig
-from .plugins import BackendInfo, get_backend, installed_backends, registered_backends
+from polytrain.neutral.models import ModelSpec, get_model_spec
+from polytrain.neutral.optim import OptimizerConfig
+from polytrain.plugins.hookspecs import hookimpl, hookspec
+from polytrain.plugins.registry import (
+    BackendInfo,
+    get_backend,
+    installed_backends,
+    registered_backends,
+)
 
 __version__ = "0.1.0"
 

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from polytrain import get_backend
-from polytrain.backend import Backend
-from polytrain.models import get_model_spec
-from polytrain.optim import OptimizerConfig
-from polytrain.step import StepResult, StepRunner
+from polytrain.backend.base import Backend
+from polytrain.neutral.models import get_model_spec
+from polytrain.neutral.optim import OptimizerConfig
 from polytrain.testing import backends_under_test
+from polytrain.training.step import StepResult, StepRunner
 
 TOL = 1e-6
 

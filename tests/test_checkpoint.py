@@ -24,18 +24,18 @@ import numpy as np
 import pytest
 
 import polytrain
-from polytrain import checkpoint as ckpt
-from polytrain.checkpoint import (
+from polytrain.errors import CheckpointError, ConfigError
+from polytrain.io import checkpoint as ckpt
+from polytrain.io.checkpoint import (
     CheckpointManager,
     describe_checkpoint,
     find_checkpoint,
     load_checkpoint,
     save_checkpoint,
 )
-from polytrain.errors import CheckpointError, ConfigError
-from polytrain.models import get_model_spec, mlp
-from polytrain.optim import OptimizerConfig
-from polytrain.recipe import Recipe
+from polytrain.neutral.models import get_model_spec, mlp
+from polytrain.neutral.optim import OptimizerConfig
+from polytrain.training.recipe import Recipe
 
 SPEC = mlp(hidden=8)
 
@@ -201,7 +201,7 @@ def test_loading_never_unpickles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 def test_core_checkpoint_imports_no_framework() -> None:
     code = (
-        "import sys, polytrain.checkpoint\n"
+        "import sys, polytrain.io.checkpoint\n"
         "print(sorted({'torch', 'paddle', 'mxnet', 'tensorflow', 'jax'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -217,7 +217,7 @@ class _Unconvertible:
 
 
 def _crash_on_call(monkeypatch: pytest.MonkeyPatch, name: str, n: int) -> None:
-    """Make ``os.<name>`` raise on its n-th call (1-based) inside polytrain.checkpoint."""
+    """Make ``os.<name>`` raise on its n-th call (1-based) inside polytrain.io.checkpoint."""
     real = getattr(os, name)
     calls = []
 
@@ -305,8 +305,8 @@ _WRITER = textwrap.dedent(
     """
     import sys
     import numpy as np
-    from polytrain.checkpoint import CheckpointManager, find_checkpoint, load_checkpoint
-    from polytrain.checkpoint import save_checkpoint
+    from polytrain.io.checkpoint import CheckpointManager, find_checkpoint, load_checkpoint
+    from polytrain.io.checkpoint import save_checkpoint
 
     mode, where = sys.argv[1], sys.argv[2]
     manager = CheckpointManager(where, keep=2)

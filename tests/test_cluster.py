@@ -1,4 +1,4 @@
-"""polytrain.cluster: every launcher's variables, their precedence, and every error."""
+"""polytrain.distributed.cluster: every launcher's variables, their precedence, and every error."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from polytrain.cluster import (
+from polytrain.distributed.cluster import (
     ENVIRONMENTS,
     ClusterInfo,
     expand_hostlist,
@@ -523,7 +523,7 @@ def test_bad_hostlist(hostlist: str) -> None:
 
 def test_core_imports_no_framework() -> None:
     code = (
-        "import sys, polytrain.cluster\n"
+        "import sys, polytrain.distributed.cluster\n"
         "print(sorted(m for m in ('torch', 'paddle', 'mxnet') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

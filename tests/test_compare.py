@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from polytrain.cli import main
-from polytrain.compare import BackendRun, Tolerances, compare_runs, diff_pair
-from polytrain.recipe import Recipe
+from polytrain.cli.main import main
+from polytrain.parity.compare import BackendRun, Tolerances, compare_runs, diff_pair
 from polytrain.testing import backends_under_test
+from polytrain.training.recipe import Recipe
 
 SLICE = ["--train-samples", "512", "--test-samples", "200", "--batch-size", "64", "--epochs", "1"]
 

@@ -17,16 +17,16 @@ import numpy as np
 import pytest
 
 from polytrain import get_backend, get_model_spec
-from polytrain.checkpoint import save_checkpoint
-from polytrain.cli import main
-from polytrain.convert import builtin_map, load_map, read_weights, write_weights
+from polytrain.cli.main import main
 from polytrain.data import load_dataset
 from polytrain.errors import CheckpointError, ConfigError
-from polytrain.models import ModelSpec
-from polytrain.native_io import encode_mxnet, encode_paddle, read_mxnet, read_paddle, read_torch
-from polytrain.optim import OptimizerConfig
-from polytrain.step import StepRunner
+from polytrain.io.checkpoint import save_checkpoint
+from polytrain.io.convert import builtin_map, load_map, read_weights, write_weights
+from polytrain.io.native import encode_mxnet, encode_paddle, read_mxnet, read_paddle, read_torch
+from polytrain.neutral.models import ModelSpec
+from polytrain.neutral.optim import OptimizerConfig
 from polytrain.testing import backends_under_test, tiny_resnet
+from polytrain.training.step import StepRunner
 
 BACKENDS = backends_under_test()
 ALL = {"torch", "paddle", "mxnet"}
@@ -140,7 +140,7 @@ def test_reading_imports_no_framework(tmp_path: Path) -> None:
         files.append(tmp_path / "a.pt")
         write_weights(files[-1], params, "torch", model="lenet")
     code = (
-        "import sys; from polytrain.convert import convert, read_weights\n"
+        "import sys; from polytrain.io.convert import convert, read_weights\n"
         f"for f in {[str(f) for f in files]!r}: read_weights(f)\n"
         f"convert({str(files[0])!r}, {str(tmp_path / 'b.params')!r}, 'mxnet')\n"
         "print(sorted({'torch', 'paddle', 'mxnet'} & set(sys.modules)))"

@@ -13,11 +13,11 @@ import pytest
 
 from polytrain import Backend, OptimizerConfig, get_backend, get_model_spec
 from polytrain.data import ArrayDataset
-from polytrain.optim import OPTIMIZERS
-from polytrain.recipe import Recipe
-from polytrain.step import StepRunner
+from polytrain.neutral.optim import OPTIMIZERS
 from polytrain.testing import backends_under_test
-from polytrain.train import Datasets, Trainer
+from polytrain.training.recipe import Recipe
+from polytrain.training.step import StepRunner
+from polytrain.training.trainer import Datasets, Trainer
 
 SPEC = get_model_spec("lenet")
 # Each optimizer at PyTorch's default learning rate (SGD at d2l's 0.1).

@@ -32,12 +32,18 @@ from launch_helpers import (
     steps_command,
 )
 
-from polytrain.checkpoint import CheckpointManager, load_checkpoint
-from polytrain.cluster import resolve
+from polytrain.distributed.cluster import resolve
+from polytrain.distributed.launch import (
+    LaunchSpec,
+    free_port,
+    interface_of,
+    paddle_command,
+    torchrun_command,
+)
+from polytrain.distributed.worker_log import read_statuses
 from polytrain.errors import ClusterError
-from polytrain.launch import LaunchSpec, free_port, interface_of, paddle_command, torchrun_command
+from polytrain.io.checkpoint import CheckpointManager, load_checkpoint
 from polytrain.testing import backends_under_test
-from polytrain.worker_log import read_statuses
 
 pytestmark = pytest.mark.slow
 
@@ -100,7 +106,7 @@ def test_two_processes_in_fp64_equal_one_process_to_1e_12(backend: str, tmp_path
 
 def test_srun_style_tasks_without_a_launcher(backend: str, tmp_path: Path) -> None:
     """What ``srun --ntasks=2 polytrain ...`` gives each task: SLURM variables only
-    (polytrain.cluster reads them); torch and Paddle join through MASTER_ADDR/PORT."""
+    (polytrain.distributed.cluster reads them); torch and Paddle join through MASTER_ADDR/PORT."""
     if backend == "mxnet":
         pytest.skip("MXNet needs scheduler and server roles: srun runs polytrain launch per node")
     reference = reference_params(backend, tmp_path / "single")
@@ -229,8 +235,8 @@ def test_killed_worker_stops_the_job_and_keeps_the_checkpoint(
         time.sleep(0.2)
     job = _descendants(proc.pid)
     # rank 1 writes workerlog.1 (MXNet's ranks come from ps-lite; its launcher renames the
-    # log once it is known); torch and Paddle workers run inside polytrain.worker_log, whose
-    # child is the worker to kill, not the wrapper
+    # log once it is known); torch and Paddle workers run inside
+    # polytrain.distributed.worker_log, whose child is the worker to kill, not the wrapper
     rank1 = [pid for pid in job if _stdout(pid) == logs / "workerlog.1"]
     victim = next((pid for pid in rank1 if job[pid] in rank1), rank1[0])
     os.kill(victim, signal.SIGKILL)
@@ -326,7 +332,7 @@ def test_engine_commands(tmp_path: Path) -> None:
     assert paddle[paddle.index("--master") + 1] == "10.0.0.1:6170"
     torch = torchrun_command(LaunchSpec("torch", ["x.py"], nproc_per_node=2), tmp_path)
     assert torch[torch.index("--max-restarts") + 1] == "0"
-    assert "polytrain.worker_log" in torch and "--status-dir" in torch
+    assert "polytrain.distributed.worker_log" in torch and "--status-dir" in torch
 
 
 def test_loopback_interface() -> None:
@@ -346,7 +352,7 @@ def test_a_job_of_another_size_than_launched_is_an_error() -> None:
 def test_worker_wrapper_records_how_the_worker_ended(code: str, tmp_path: Path) -> None:
     env = {**clean_env(), "RANK": "4"}
     python = POLYTRAIN[0]
-    wrapped = [python, "-m", "polytrain.worker_log", "--status-dir", str(tmp_path),
+    wrapped = [python, "-m", "polytrain.distributed.worker_log", "--status-dir", str(tmp_path),
                "--log-dir", str(tmp_path), "--", python, "-c", f"print('hi'); {code}"]  # fmt: skip
     proc = subprocess.run(wrapped, env=env, capture_output=True, text=True, check=False)
     expected = 3 if "SystemExit" in code else -9

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from polytrain.cli import main
-from polytrain.doctor import PRECISIONS, run_doctor
+from polytrain.cli.doctor import PRECISIONS, run_doctor
+from polytrain.cli.main import main
 from polytrain.errors import PolytrainError
-from polytrain.recipe import Recipe
 from polytrain.testing import backends_under_test
-from polytrain.train import Trainer
+from polytrain.training.recipe import Recipe
+from polytrain.training.trainer import Trainer
 
 
 @pytest.fixture(scope="module")

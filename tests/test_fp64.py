@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 
 from polytrain import get_backend, hookimpl
-from polytrain.checkpoint import load_checkpoint
-from polytrain.compare import BackendRun, Tolerances, compare_runs
 from polytrain.errors import ConfigError
-from polytrain.models import get_model_spec
-from polytrain.optim import OptimizerConfig
-from polytrain.recipe import Recipe
-from polytrain.step import StepRunner
+from polytrain.io.checkpoint import load_checkpoint
+from polytrain.neutral.models import get_model_spec
+from polytrain.neutral.optim import OptimizerConfig
+from polytrain.parity.compare import BackendRun, Tolerances, compare_runs
 from polytrain.testing import backends_under_test, batch, tiny_resnet
-from polytrain.train import Datasets, Trainer, load_datasets
+from polytrain.training.recipe import Recipe
+from polytrain.training.step import StepRunner
+from polytrain.training.trainer import Datasets, Trainer, load_datasets
 
 BACKENDS = backends_under_test()
 # lr 0.1 plain SGD on real images: the parity recipe of docs/semantics.md, whose float32

@@ -6,7 +6,7 @@ import pytest
 
 from polytrain import Backend, BackendError, get_backend
 from polytrain.testing import backends_under_test
-from polytrain.testing_functional import FunctionalConformance
+from polytrain.testing.functional import FunctionalConformance
 
 
 @pytest.fixture(scope="module", params=backends_under_test())

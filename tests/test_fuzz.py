@@ -21,13 +21,13 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from polytrain.backend import parse_devices
-from polytrain.checkpoint import load_checkpoint, save_checkpoint
-from polytrain.cli import build_parser, main, recipe_from_args
+from polytrain.backend.base import parse_devices
+from polytrain.cli.main import build_parser, main, recipe_from_args
 from polytrain.data.idx import encode_idx, parse_idx
+from polytrain.distributed.launch import LaunchSpec
 from polytrain.errors import PolytrainError
-from polytrain.launch import LaunchSpec
-from polytrain.models import get_model_spec
+from polytrain.io.checkpoint import load_checkpoint, save_checkpoint
+from polytrain.neutral.models import get_model_spec
 
 SUPPRESS = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 

@@ -155,7 +155,7 @@ def test_two_namespaces_equal_one_process_on_the_full_batch(
 def test_the_link_is_the_only_way_between_the_nodes(pair: Pair) -> None:
     """The namespaces see each other only over the veth pair (not the host's network)."""
     env = clean_env()
-    code = "from polytrain.launch import interface_of; print(interface_of('{}'))"
+    code = "from polytrain.distributed.launch import interface_of; print(interface_of('{}'))"
     for node in (0, 1):
         proc = subprocess.run(
             [*pair.exec_prefix(node), *POLYTRAIN[:1], "-c", code.format(pair.addresses[node])],

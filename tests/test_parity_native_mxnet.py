@@ -7,8 +7,8 @@ import pytest
 
 from polytrain import OptimizerConfig, get_backend, get_model_spec
 from polytrain.errors import BackendError
-from polytrain.step import StepRunner
 from polytrain.testing import batch
+from polytrain.training.step import StepRunner
 
 mx = pytest.importorskip("mxnet")
 STEPS = 5

@@ -9,10 +9,11 @@ import warnings
 import numpy as np
 import pytest
 
-from polytrain import OptimizerConfig, get_backend, get_model_spec, safe_pickle
+from polytrain import OptimizerConfig, get_backend, get_model_spec
 from polytrain.errors import CheckpointError
-from polytrain.step import StepRunner
 from polytrain.testing import batch
+from polytrain.training.step import StepRunner
+from polytrain.utils import safe_pickle
 
 with warnings.catch_warnings():  # paddle warns "No ccache found" on import
     warnings.simplefilter("ignore", UserWarning)

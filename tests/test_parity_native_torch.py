@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from polytrain import OptimizerConfig, get_backend, get_model_spec
-from polytrain.step import StepRunner
 from polytrain.testing import batch
+from polytrain.training.step import StepRunner
 
 torch = pytest.importorskip("torch")
 STEPS = 5

@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 
 from polytrain import hookimpl
-from polytrain.backend import Backend
+from polytrain.backend.base import Backend
 from polytrain.data import ArrayDataset
 from polytrain.errors import BackendError, ConfigError
-from polytrain.models import ModelSpec, get_model_spec
-from polytrain.optim import OptimizerConfig
-from polytrain.pipeline import PipelineModel, pipeline_backend, split_spec
-from polytrain.plugins import get_backend
-from polytrain.recipe import Recipe
-from polytrain.step import StepRunner
+from polytrain.neutral.models import ModelSpec, get_model_spec
+from polytrain.neutral.optim import OptimizerConfig
+from polytrain.plugins.registry import get_backend
 from polytrain.testing import backends_under_test, tiny_resnet
-from polytrain.train import Datasets, Trainer
+from polytrain.training.pipeline import PipelineModel, pipeline_backend, split_spec
+from polytrain.training.recipe import Recipe
+from polytrain.training.step import StepRunner
+from polytrain.training.trainer import Datasets, Trainer
 
 TOL = 1e-6
 

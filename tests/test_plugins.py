@@ -11,8 +11,8 @@ import pytest
 
 import polytrain
 from polytrain import BackendError, BackendInfo, hookimpl
-from polytrain.hookspecs import polytrain_register_backends
-from polytrain.plugins import (
+from polytrain.plugins.hookspecs import polytrain_register_backends
+from polytrain.plugins.registry import (
     get_backend,
     make_plugin_manager,
     registered_backends,
@@ -36,8 +36,10 @@ def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 def test_core_imports_no_framework() -> None:
     code = (
-        "import sys, polytrain, polytrain.cli, polytrain.train, polytrain.compare, "
-        "polytrain.report, polytrain.cluster, polytrain.data, polytrain.testing; "
+        "import importlib, pkgutil, sys, polytrain; "
+        "[importlib.import_module(m.name) for m in "
+        "pkgutil.walk_packages(polytrain.__path__, 'polytrain.') "
+        "if not m.name.endswith('__main__')]; "
         "polytrain.installed_backends(); polytrain.registered_backends(); "
         f"print([m for m in {FRAMEWORKS!r} if m in sys.modules])"
     )
@@ -147,11 +149,13 @@ def test_broken_plugin_does_not_hide_others(tmp_path, monkeypatch) -> None:  # t
 
 
 def test_every_hookspec_is_documented_and_prefixed() -> None:
-    from polytrain import hookspecs
+    from polytrain.plugins import hookspecs
 
     specs = [n for n in dir(hookspecs) if n.startswith("polytrain_")]
     assert set(specs) == {
         "polytrain_register_backends",
+        "polytrain_register_formats",
+        "polytrain_register_launchers",
         "polytrain_train_start",
         "polytrain_step_end",
         "polytrain_epoch_end",
@@ -164,7 +168,7 @@ def test_every_hookspec_is_documented_and_prefixed() -> None:
 
 def test_cli_backends_does_not_import_frameworks() -> None:
     code = (
-        "import sys; from polytrain.cli import main; main(['backends', '--json']); "
+        "import sys; from polytrain.cli.main import main; main(['backends', '--json']); "
         f"print(json.dumps([m for m in {FRAMEWORKS!r} if m in sys.modules]))"
     )
     out = run_python("import json; " + code)

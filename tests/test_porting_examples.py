@@ -15,8 +15,8 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from polytrain.convert import read_weights
-from polytrain.optim import OPTIMIZERS
+from polytrain.io.convert import read_weights
+from polytrain.neutral.optim import OPTIMIZERS
 from polytrain.testing import backends_under_test
 
 BACKENDS = backends_under_test()

@@ -14,17 +14,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from polytrain import get_backend
-from polytrain.backend import Backend
-from polytrain.checkpoint import load_checkpoint, save_checkpoint
+from polytrain.backend.base import Backend
+from polytrain.backend.precision import PRECISIONS, LossScaler
 from polytrain.data import ArrayDataset
 from polytrain.errors import BackendError, ConfigError
-from polytrain.models import get_model_spec, mlp
-from polytrain.optim import OptimizerConfig
-from polytrain.precision import PRECISIONS, LossScaler, MixedPrecision
-from polytrain.recipe import Recipe
-from polytrain.step import StepRunner
+from polytrain.io.checkpoint import load_checkpoint, save_checkpoint
+from polytrain.neutral.models import get_model_spec, mlp
+from polytrain.neutral.optim import OptimizerConfig
 from polytrain.testing import backends_under_test
-from polytrain.train import Datasets, Trainer
+from polytrain.training.mixed_precision import MixedPrecision
+from polytrain.training.recipe import Recipe
+from polytrain.training.step import StepRunner
+from polytrain.training.trainer import Datasets, Trainer
 
 # What each framework can do on a CPU, measured on this project's machine (DESIGN.md:
 # "Mixed precision on CPU"): torch autocasts both; Paddle's auto_cast does nothing on a

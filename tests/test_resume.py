@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from polytrain import ConfigError, hookimpl
-from polytrain.checkpoint import CheckpointManager, load_checkpoint
-from polytrain.recipe import Recipe
+from polytrain.io.checkpoint import CheckpointManager, load_checkpoint
 from polytrain.testing import backends_under_test
-from polytrain.train import Datasets, Trainer, load_datasets
+from polytrain.training.recipe import Recipe
+from polytrain.training.trainer import Datasets, Trainer, load_datasets
 
 # lr 0.02 keeps the short run in a stable regime, where the ~1e-7 rounding differences of
 # summing gradients over several devices do not grow (at lr 0.05 the loss spikes to 3.4

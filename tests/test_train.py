@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from polytrain import NonFiniteLossError, hookimpl
-from polytrain.builtin_plugins import read_metrics
-from polytrain.checkpoint import CheckpointManager, load_checkpoint
-from polytrain.cli import main
-from polytrain.recipe import Recipe
+from polytrain.cli.main import main
+from polytrain.io.checkpoint import CheckpointManager, load_checkpoint
 from polytrain.testing import backends_under_test
-from polytrain.train import Trainer
+from polytrain.training.builtin_plugins import read_metrics
+from polytrain.training.recipe import Recipe
+from polytrain.training.trainer import Trainer
 
 SMALL = dict(train_samples=512, test_samples=300, batch_size=64, epochs=2)
 

@@ -6,10 +6,12 @@ from collections.abc import Callable
 from typing import Any
 
 from polytrain import BackendInfo, hookimpl
+from polytrain.backend.native_format import NativeFormat
+from polytrain.distributed.launcher import Launcher
 
 
 def _factory(options: Any) -> Any:
-    from polytrain.threads import export_thread_env, resolve_threads
+    from polytrain.utils.threads import export_thread_env, resolve_threads
 
     # One core less by default: the engine's worker thread runs the operators while the
     # Python thread queues the next ones; OpenMP on every core then oversubscribes them
@@ -32,5 +34,21 @@ def polytrain_register_backends(register: Callable[[BackendInfo], None]) -> None
             distribution="mxnet",
             factory=_factory,
             description="Apache MXNet 1.9 (Gluon, kvstore local/device/dist_sync)",
+            order=30,
+            collectives="kvstore dist_sync (ps-lite)",
         )
     )
+
+
+@hookimpl
+def polytrain_register_formats(register: Callable[[NativeFormat], None]) -> None:
+    from ._format import MXNetFormat
+
+    register(MXNetFormat())
+
+
+@hookimpl
+def polytrain_register_launchers(register: Callable[[Launcher], None]) -> None:
+    from ._launcher import ParameterServerLauncher
+
+    register(ParameterServerLauncher())

@@ -20,14 +20,14 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
-from polytrain.backend import Backend, Device, Model, Tensor, check_params
+from polytrain.backend.base import Backend, Device, Model, Tensor, check_params
+from polytrain.backend.functional import FunctionalOps
+from polytrain.backend.precision import PRECISIONS, PrecisionSupport, check_dtype
 from polytrain.errors import BackendError, CheckpointError, ClusterError
-from polytrain.fileio import atomic_path
-from polytrain.functional import FunctionalOps
-from polytrain.models import ModelSpec
-from polytrain.optim import Optimizer, OptimizerConfig
-from polytrain.precision import PRECISIONS, PrecisionSupport, check_dtype
-from polytrain.threads import cpu_count
+from polytrain.neutral.models import ModelSpec
+from polytrain.neutral.optim import Optimizer, OptimizerConfig
+from polytrain.utils.fileio import atomic_path
+from polytrain.utils.threads import cpu_count
 
 from . import _inspect, _precision
 from ._layers import build, hybridize

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from mxnet.gluon import Block
 
-from polytrain.backend import Model
+from polytrain.backend.base import Model
 
 from ._layers import hybridize
 

@@ -15,7 +15,7 @@ from mxnet import autograd
 from mxnet.gluon import nn
 
 from polytrain.errors import BackendError
-from polytrain.models import (
+from polytrain.neutral.models import (
     AvgPool2d,
     BatchNorm2d,
     Conv2d,

@@ -16,7 +16,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd
 
-from polytrain.functional import Device, FunctionalOps, Tensor
+from polytrain.backend.functional import Device, FunctionalOps, Tensor
 
 
 class MXNetOps(FunctionalOps):

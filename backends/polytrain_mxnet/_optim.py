@@ -2,7 +2,7 @@
 
 MXNet's own optimizers differ from PyTorch's: SGD puts the learning rate inside the
 momentum buffer (diverges once lr changes) and Adam folds the bias correction into lr,
-which also rescales eps. So every rule of :mod:`polytrain.optim` is applied here, in
+which also rescales eps. So every rule of :mod:`polytrain.neutral.optim` is applied here, in
 place, on every context's copy of every parameter.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 import mxnet as mx
 import numpy as np
 
-from polytrain.backend import Model
-from polytrain.optim import STATE_SLOTS, Optimizer, OptimizerConfig
+from polytrain.backend.base import Model
+from polytrain.neutral.optim import STATE_SLOTS, Optimizer, OptimizerConfig
 
 
 class MXNetOptimizer(Optimizer):

@@ -10,7 +10,7 @@ What this module adds to the bare kvstore:
 
 * **Timeouts.** ps-lite has none: a dead peer leaves the others blocked forever in
   ``kv.create``, a push/pull or the exit barrier. Every blocking call runs under a
-  :class:`polytrain.watchdog.Deadline` that ends the process with a clear message after
+  :class:`polytrain.distributed.watchdog.Deadline` that ends the process with a clear message after
   ``timeout`` s.
 * **World size.** ``DMLC_NUM_WORKER`` is read by each process from its own environment;
   nodes launched with different ``--nnodes``/``--nproc-per-node`` disagree. A first round
@@ -40,8 +40,8 @@ from typing import Any
 import mxnet as mx
 import numpy as np
 
+from polytrain.distributed.watchdog import Deadline
 from polytrain.errors import ClusterError
-from polytrain.watchdog import Deadline
 
 RANK_FILE_VAR = "POLYTRAIN_RANK_FILE"  # polytrain launch: where a worker reports its rank
 EXIT_BARRIER_SECONDS = 10.0

@@ -27,7 +27,7 @@ import numpy as np
 from mxnet import autograd, ndarray, symbol
 from mxnet.contrib.amp import amp as _amp
 
-from polytrain.precision import PrecisionSupport, cpu_flags
+from polytrain.backend.precision import PrecisionSupport, cpu_flags
 
 TARGETS: dict[str, Any] = {"bf16": _amp.bfloat16, "fp16": np.dtype(np.float16)}
 _MISSING = object()

@@ -6,10 +6,12 @@ from collections.abc import Callable
 from typing import Any
 
 from polytrain import BackendInfo, hookimpl
+from polytrain.backend.native_format import NativeFormat
+from polytrain.distributed.launcher import Launcher
 
 
 def _factory(options: Any) -> Any:
-    from polytrain.threads import export_thread_env, resolve_threads
+    from polytrain.utils.threads import export_thread_env, resolve_threads
 
     # Importing paddle sets OMP_NUM_THREADS=1 when unset: export ours first.
     threads = resolve_threads(options.threads)
@@ -30,5 +32,21 @@ def polytrain_register_backends(register: Callable[[BackendInfo], None]) -> None
             distribution="paddlepaddle",
             factory=_factory,
             description="PaddlePaddle (paddle.nn, paddle.distributed gloo/nccl)",
+            order=20,
+            collectives="paddle.distributed (gloo)",
         )
     )
+
+
+@hookimpl
+def polytrain_register_formats(register: Callable[[NativeFormat], None]) -> None:
+    from ._format import PaddleFormat
+
+    register(PaddleFormat())
+
+
+@hookimpl
+def polytrain_register_launchers(register: Callable[[Launcher], None]) -> None:
+    from ._launcher import PaddleLauncher
+
+    register(PaddleLauncher())

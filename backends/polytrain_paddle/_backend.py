@@ -21,18 +21,18 @@ from typing import Any
 
 import numpy as np
 
-from polytrain.backend import Backend, Device, Model, Tensor, check_params
+from polytrain.backend.base import Backend, Device, Model, Tensor, check_params
+from polytrain.backend.functional import FunctionalOps
+from polytrain.backend.precision import PRECISIONS, PrecisionSupport, check_dtype
+from polytrain.distributed.watchdog import Deadline
 from polytrain.errors import BackendError, CheckpointError, ClusterError
-from polytrain.fileio import atomic_path
-from polytrain.functional import FunctionalOps
-from polytrain.models import ModelSpec
-from polytrain.native_io import read_paddle
-from polytrain.optim import Optimizer, OptimizerConfig
-from polytrain.precision import PRECISIONS, PrecisionSupport, check_dtype
-from polytrain.watchdog import Deadline
+from polytrain.io.native import read_paddle
+from polytrain.neutral.models import ModelSpec
+from polytrain.neutral.optim import Optimizer, OptimizerConfig
+from polytrain.utils.fileio import atomic_path
 
 # On import paddle warns "No ccache found" and prints that OMP_NUM_THREADS > 1 is unwise;
-# polytrain sets threads on purpose (polytrain.threads), so both are dropped here.
+# polytrain sets threads on purpose (polytrain.utils.threads), so both are dropped here.
 with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()) as _stderr:
     warnings.simplefilter("ignore", UserWarning)
     import paddle

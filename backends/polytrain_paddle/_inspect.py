@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import paddle
 
-from polytrain.backend import Model
+from polytrain.backend.base import Model
 
 
 def _inspected(layer: paddle.nn.Layer) -> list[tuple[str, paddle.nn.Layer]]:

@@ -15,7 +15,7 @@ import paddle.nn.functional as F
 from paddle import nn
 
 from polytrain.errors import BackendError
-from polytrain.models import (
+from polytrain.neutral.models import (
     AvgPool2d,
     BatchNorm2d,
     Conv2d,
@@ -29,7 +29,7 @@ from polytrain.models import (
     Residual,
     Sequential,
 )
-from polytrain.reference import pool_output_size
+from polytrain.neutral.reference import pool_output_size
 
 _RENAME = {"_mean": "running_mean", "_variance": "running_var"}  # Paddle BatchNorm buffers
 

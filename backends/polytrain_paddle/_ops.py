@@ -15,7 +15,7 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from polytrain.functional import Device, FunctionalOps, Tensor
+from polytrain.backend.functional import Device, FunctionalOps, Tensor
 
 from ._backend import _place
 

@@ -1,6 +1,6 @@
 """paddle.optimizer applies polytrain's canonical rules natively.
 
-Checked against :func:`polytrain.optim.numpy_step` by the conformance suite: Paddle's
+Checked against :func:`polytrain.neutral.optim.numpy_step` by the conformance suite: Paddle's
 SGD, Momentum (lr outside the velocity), Adagrad (accumulator starting at 0) and Adam
 (its ``lr * sqrt(1-b2^t) / (1-b1^t)`` with ``eps * sqrt(1-b2^t)`` is PyTorch's formula
 rearranged) with a float ``weight_decay`` (L2 added to the gradient) are the same
@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import paddle
 
-from polytrain.backend import Model
-from polytrain.optim import STATE_SLOTS, Optimizer, OptimizerConfig
+from polytrain.backend.base import Model
+from polytrain.neutral.optim import STATE_SLOTS, Optimizer, OptimizerConfig
 
 _ACCUMULATOR = {  # canonical slot -> Paddle accumulator name
     "momentum_buffer": "velocity",

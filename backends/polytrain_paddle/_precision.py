@@ -18,7 +18,7 @@ from typing import Any
 import paddle
 import paddle.nn.functional as F
 
-from polytrain.precision import PrecisionSupport
+from polytrain.backend.precision import PrecisionSupport
 
 DTYPES: dict[str, Any] = {"bf16": "bfloat16", "fp16": "float16"}
 _LOW = {"bf16": paddle.bfloat16, "fp16": paddle.float16}

@@ -16,11 +16,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from polytrain.backend import Backend, Device, Model, Tensor, check_params
+from polytrain.backend.base import Backend, Device, Model, Tensor, check_params
+from polytrain.backend.functional import FunctionalOps
+from polytrain.backend.precision import PRECISIONS, PrecisionSupport, check_dtype
 from polytrain.errors import BackendError, CheckpointError, ClusterError
-from polytrain.fileio import atomic_path
-from polytrain.functional import FunctionalOps
-from polytrain.models import (
+from polytrain.neutral.models import (
     AvgPool2d,
     BatchNorm2d,
     Conv2d,
@@ -35,8 +35,8 @@ from polytrain.models import (
     Residual,
     Sequential,
 )
-from polytrain.optim import Optimizer, OptimizerConfig
-from polytrain.precision import PRECISIONS, PrecisionSupport, check_dtype
+from polytrain.neutral.optim import Optimizer, OptimizerConfig
+from polytrain.utils.fileio import atomic_path
 
 from . import _inspect, _precision
 from ._optim import TorchOptimizer

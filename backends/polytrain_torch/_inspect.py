@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from polytrain.backend import Model
+from polytrain.backend.base import Model
 
 
 def _inspected(module: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:

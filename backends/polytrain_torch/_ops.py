@@ -10,7 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from polytrain.functional import Device, FunctionalOps, Tensor
+from polytrain.backend.functional import Device, FunctionalOps, Tensor
 
 
 def _placed(t: torch.Tensor, device: Device | None) -> torch.Tensor:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from polytrain.backend import Model
-from polytrain.optim import STATE_SLOTS, Optimizer, OptimizerConfig
+from polytrain.backend.base import Model
+from polytrain.neutral.optim import STATE_SLOTS, Optimizer, OptimizerConfig
 
 
 def _groups(model: Model, replica: int, config: OptimizerConfig) -> list[dict]:

@@ -2,7 +2,7 @@
 
 Parameters stay float32; autocast runs convolutions and matmuls in the low precision and
 keeps the loss in float32. The dynamic loss scale is polytrain's (framework-free, in
-:mod:`polytrain.precision`); here are only the framework's parts of it. fp64 needs no
+:mod:`polytrain.backend.precision`); here are only the framework's parts of it. fp64 needs no
 autocast: the model is built in float64.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
-from polytrain.precision import PrecisionSupport, cpu_flags
+from polytrain.backend.precision import PrecisionSupport, cpu_flags
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

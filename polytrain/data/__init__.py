@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .locate import (
+from polytrain.data.locate import (
     DatasetReport,
     SplitLocation,
     fetch_dataset,
@@ -20,7 +20,7 @@ from .locate import (
     resolve_split,
     user_cache_dir,
 )
-from .registry import (
+from polytrain.data.registry import (
     DATASETS,
     Checksums,
     DatasetSpec,
@@ -31,9 +31,9 @@ from .registry import (
 )
 
 if TYPE_CHECKING:
-    from .download import download_file
-    from .idx import read_idx, write_idx
-    from .loader import ArrayDataset, BatchLoader, EpochIterator
+    from polytrain.data.download import download_file
+    from polytrain.data.idx import read_idx, write_idx
+    from polytrain.data.loader import ArrayDataset, BatchLoader, EpochIterator
 
 _LAZY = {
     "ArrayDataset": "loader",
@@ -92,8 +92,8 @@ def load_dataset(
     it was not just downloaded. Raises ConfigError for an unknown dataset or
     split, DataError for missing, corrupt or mismatched files.
     """
-    from .idx import parse_idx, read_payload
-    from .loader import ArrayDataset
+    from polytrain.data.idx import parse_idx, read_payload
+    from polytrain.data.loader import ArrayDataset
 
     spec = get_dataset(name)
     files = spec.split(split)
@@ -119,7 +119,7 @@ def load_dataset(
 
 
 def _shape_error(path: object, shape: tuple[int, ...], spec: DatasetSpec) -> Exception:
-    from ..errors import DataError
+    from polytrain.errors import DataError
 
     h, w = spec.image_shape
     return DataError(

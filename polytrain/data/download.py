@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
-from ..errors import DataError
-from ..fileio import fsync_dir
-from .idx import GZIP_MAGIC
-from .registry import Checksums
+from polytrain.data.idx import GZIP_MAGIC
+from polytrain.data.registry import Checksums
+from polytrain.errors import DataError
+from polytrain.utils.fileio import fsync_dir
 
 CHUNK = 1 << 20
 USER_AGENT = "polytrain-dataset-download/1"

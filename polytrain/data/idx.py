@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError, DataError
-from ..fileio import atomic_write_bytes
+from polytrain.errors import ConfigError, DataError
+from polytrain.utils.fileio import atomic_write_bytes
 
 GZIP_MAGIC = b"\x1f\x8b"
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, DataError
-from ..sharding import shard_bounds
+from polytrain.errors import ConfigError, DataError
+from polytrain.neutral.sharding import shard_bounds
 
 Batch = tuple[np.ndarray, np.ndarray]
 

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError, DataError
-from .registry import DatasetSpec, FileSpec, get_dataset
+from polytrain.data.registry import DatasetSpec, FileSpec, get_dataset
+from polytrain.errors import ConfigError, DataError
 
 ENV_DATA = "POLYTRAIN_DATA"
 SYSTEM_DATA_DIRS: tuple[Path, ...] = (Path("/usr/share/datasets"),)
@@ -231,7 +231,7 @@ def fetch_dataset(
     missing = [s for s in wanted if not report.splits[s].found]
     if not missing:
         return report
-    from .download import download_file  # network modules only when needed
+    from polytrain.data.download import download_file  # network modules only when needed
 
     target = report.download_dir
     for split in missing:

@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..errors import ConfigError, DataError
+from polytrain.errors import ConfigError, DataError
 
 MIRROR_ENV_PREFIX = "POLYTRAIN_MIRROR_"
 

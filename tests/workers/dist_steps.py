@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 
 from polytrain import OptimizerConfig, get_backend, get_model_spec
-from polytrain.cluster import resolve
-from polytrain.precision import param_dtype
-from polytrain.sharding import shard_bounds
-from polytrain.step import StepRunner
+from polytrain.backend.precision import param_dtype
+from polytrain.distributed.cluster import resolve
+from polytrain.neutral.sharding import shard_bounds
 from polytrain.testing import batch
+from polytrain.training.step import StepRunner
 
 GLOBAL_BATCH = 30
 

@@ -1,0 +1,195 @@
+"""``polytrain doctor``: what works here, checked by doing it.
+
+For each registered backend, a subprocess (so a framework is imported only for its own
+check, and a crash stays contained) reports: import, version, devices, threads, the
+precisions a tiny training step accepts, and, through ``polytrain launch``, whether a
+two-process allreduce on loopback works. The claims come from the same code paths as
+``polytrain train`` and ``polytrain launch``.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from polytrain.backend.precision import PRECISIONS, param_dtype
+
+PROBE_TIMEOUT = 120.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def probe_backend(name: str) -> dict[str, Any]:
+    """Runs inside the probe subprocess: import, devices, threads, precisions."""
+    from polytrain.errors import PolytrainError
+    from polytrain.neutral.models import get_model_spec
+    from polytrain.neutral.optim import OptimizerConfig
+    from polytrain.plugins.registry import get_backend
+    from polytrain.training.step import StepRunner
+
+    report: dict[str, Any] = {"backend": name}
+    t0 = time.perf_counter()
+    try:
+        backend = get_backend(name)
+    except PolytrainError as exc:
+        return {**report, "importable": False, "error": str(exc)}
+    report["import_seconds"] = round(time.perf_counter() - t0, 2)
+    report.update(importable=True, version=backend.version(), threads=backend.threads())
+    report["gpus"] = backend.gpu_count()
+    report["devices"] = [backend.device_name(d) for d in backend.try_all_gpus()]
+    report["emulated_devices"] = [backend.device_name(d) for d in backend.devices("cpu:2")]
+    spec = get_model_spec("lenet")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 1, 28, 28)).astype(np.float32)
+    y = rng.integers(0, 10, 8).astype(np.int64)
+    precisions: dict[str, dict[str, Any]] = {}
+    for precision in PRECISIONS:
+        try:
+            model = backend.build_model(spec, dtype=param_dtype(precision))
+            backend.set_params(model, spec.init_params(0))
+            opt = backend.make_optimizer(model, OptimizerConfig("sgd", lr=0.01))
+            result = StepRunner(backend, model, opt, precision=precision).train_step(x, y)
+            if not np.isfinite(result.loss_sum):
+                raise PolytrainError(f"the loss was {result.loss_sum}")
+            precisions[precision] = {"ok": True}
+        except Exception as exc:  # report any failure as "does not work here"
+            precisions[precision] = {"ok": False, "why": f"{type(exc).__name__}: {exc}"}
+    report["precisions"] = precisions
+    return report
+
+
+def probe_collective(name: str, timeout: float = PROBE_TIMEOUT) -> dict[str, Any]:
+    """A two-process allreduce on loopback through ``polytrain launch``."""
+    from polytrain.distributed.launch import LaunchSpec, launch
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "polytrain.cli.doctor", "--allreduce-worker", name]
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="polytrain-doctor-") as logs:
+        spec = LaunchSpec(backend=name, command=cmd, nproc_per_node=2,
+                          master=f"127.0.0.1:{port}", log_dir=logs)  # fmt: skip
+        try:
+            code = _quietly(lambda: launch(spec), timeout)
+        except Exception as exc:  # reported, not raised
+            return {"ok": False, "why": f"{type(exc).__name__}: {exc}"}
+    seconds = round(time.perf_counter() - t0, 1)
+    if code == 0:
+        return {"ok": True, "seconds": seconds, "engine": ENGINES.get(name, "?")}
+    return {"ok": False, "why": f"the 2-process allreduce exited with code {code}",
+            "seconds": seconds}  # fmt: skip
+
+
+ENGINES = {
+    "torch": "torch.distributed (gloo)",
+    "paddle": "paddle.distributed (gloo)",
+    "mxnet": "kvstore dist_sync (ps-lite)",
+}
+
+
+def _quietly(fn: Any, timeout: float) -> int:
+    """Run ``fn`` with the process's stdout/stderr sent to /dev/null (launchers are chatty)."""
+    import os
+
+    saved = os.dup(1), os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        return int(fn())
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
+
+
+def allreduce_worker(name: str) -> int:
+    """One rank of the collective probe: sum rank+1 over two processes."""
+    from polytrain.distributed.cluster import resolve
+    from polytrain.plugins.registry import get_backend
+
+    backend = get_backend(name, threads=1)
+    backend.init_distributed(resolve(), backend.devices("cpu"), timeout=60)
+    total = backend.allreduce_numbers([backend.rank + 1.0])[0]
+    backend.shutdown_distributed()
+    return 0 if total == 3.0 else 1
+
+
+def run_doctor(names: list[str], collectives: bool = True) -> list[dict[str, Any]]:
+    """One report per backend (each probe in its own subprocess)."""
+    reports = []
+    for name in names:
+        cmd = [sys.executable, "-m", "polytrain.cli.doctor", "--probe", name]
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT,
+                                 check=False)  # fmt: skip
+            report = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else {
+                "backend": name, "importable": False,
+                "error": (out.stderr.strip().splitlines() or ["probe failed"])[-1],
+            }  # fmt: skip
+        except subprocess.TimeoutExpired:
+            report = {"backend": name, "importable": False, "error": "the probe timed out"}
+        if collectives and report.get("importable"):
+            report["collective"] = probe_collective(name)
+        reports.append(report)
+    return reports
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--probe"]:
+        print(json.dumps(probe_backend(argv[1])))
+        return 0
+    if argv[:1] == ["--allreduce-worker"]:
+        return allreduce_worker(argv[1])
+    print("usage: python -m polytrain.cli.doctor --probe NAME | --allreduce-worker NAME",
+          file=sys.stderr)  # fmt: skip
+    return 2
+
+
+def summary_rows(reports: list[dict[str, Any]]) -> list[list[str]]:
+    """Table rows: backend, version, devices, threads, precisions, collective."""
+    rows = []
+    for r in reports:
+        if not r.get("importable"):
+            rows.append([r["backend"], "not importable", "-", "-", "-", r.get("error", "")[:80]])
+            continue
+        precisions = ", ".join(p if v["ok"] else f"no {p}" for p, v in r["precisions"].items())
+        coll = r.get("collective")
+        collective = "not checked" if coll is None else (
+            f"yes: {coll['engine']}, {coll['seconds']} s" if coll["ok"] else f"no: {coll['why']}"
+        )  # fmt: skip
+        threads = ", ".join(f"{k}={v}" for k, v in r["threads"].items())
+        devices = ",".join(r["devices"]) + f" (+ emulated {','.join(r['emulated_devices'])})"
+        rows.append([r["backend"], r["version"], devices, threads, precisions, collective])
+    return rows
+
+
+def why_not(reports: list[dict[str, Any]]) -> list[str]:
+    """One line per thing that does not work, with the reason."""
+    lines = []
+    for r in reports:
+        if not r.get("importable"):
+            lines.append(f"{r['backend']}: {r.get('error')}")
+            continue
+        for p, v in r["precisions"].items():
+            if not v["ok"]:
+                lines.append(f"{r['backend']} {p}: {v['why']}")
+        coll = r.get("collective")
+        if coll is not None and not coll["ok"]:
+            lines.append(f"{r['backend']} collectives: {coll['why']}")
+    return lines
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

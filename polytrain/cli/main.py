@@ -1,0 +1,592 @@
+"""The ``polytrain`` command line: backends, data, train, compare, convert, launch, env, doctor.
+
+Every sub-command is a small function; errors the user can fix print one clear line
+and exit with status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from polytrain.errors import ConfigError, PolytrainError
+from polytrain.training.recipe import Recipe
+
+Command = Callable[[argparse.Namespace], int]
+BUILTIN_ORDER = ("torch", "paddle", "mxnet")
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:  # logs and pipes: do not squeeze tables into 80 columns
+        console = Console(width=160)
+    return console
+
+
+def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*("-" if v is None else str(v) for v in row))
+    return table
+
+
+# -- backends -------------------------------------------------------------------------------
+
+
+def cmd_backends(args: argparse.Namespace) -> int:
+    """List registered backends; import only the ones named on the command line."""
+    from polytrain.plugins.registry import default_plugin_manager, get_backend, registered_backends
+
+    infos = registered_backends()
+    rows = []
+    report = []
+    for name, info in infos.items():
+        entry: dict[str, Any] = {
+            "name": name,
+            "framework": info.framework,
+            "version": info.version(),
+            "installed": info.available(),
+            "devices": None,
+        }
+        if name in args.names and info.available():
+            try:
+                backend = get_backend(name)
+                entry["devices"] = [backend.device_name(d) for d in backend.try_all_gpus()]
+                entry["importable"] = True
+            except PolytrainError as exc:
+                entry["importable"] = False
+                entry["error"] = str(exc)
+        report.append(entry)
+        devices = ",".join(entry["devices"]) if entry["devices"] else None
+        install = "yes" if entry["installed"] else f"no: {info.install_hint}"
+        rows.append(
+            [name, info.framework, entry["version"], install, devices or "(name it to probe)"]
+        )
+    for name, error in default_plugin_manager().broken.items():
+        rows.append([name, "?", None, f"broken plugin: {error}", None])
+        report.append({"name": name, "broken": error})
+    unknown = [n for n in args.names if n not in infos]
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _console().print(
+            _table(
+                "polytrain backends",
+                ["backend", "framework", "version", "installed", "devices"],
+                rows,
+            )
+        )
+    if unknown:
+        get_backend(unknown[0])  # raises the standard "Unknown backend" error
+    return 0
+
+
+# -- data -----------------------------------------------------------------------------------
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    """Where each dataset was found, or how to get it; optionally download."""
+    from polytrain.data import dataset_names, fetch_dataset, locate_dataset
+
+    names = args.names or dataset_names()
+    reports = []
+    for name in names:
+        if args.download:
+            report = fetch_dataset(name, args.data_dir)
+        else:
+            report = locate_dataset(name, args.data_dir)
+        reports.append(report)
+    if args.json:
+        print(json.dumps([r.as_dict() for r in reports], indent=2, default=str))
+    else:
+        for report in reports:
+            print(report.format())
+    return 0
+
+
+# -- train ----------------------------------------------------------------------------------
+
+
+def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of a recipe (shared by train and compare)."""
+    d = Recipe()
+    p.add_argument(
+        "--model",
+        default=d.model,
+        help="lenet, lenet-scratch, paddle-mnist, torch-dp-cnn, mlp, resnet18",
+    )
+    p.add_argument("--dataset", default=d.dataset, help="fashion-mnist or mnist")
+    p.add_argument("--epochs", type=int, default=d.epochs)
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="global batch size")
+    p.add_argument("--optimizer", default=d.optimizer, help="sgd, momentum, adagrad, adam")
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--momentum", type=float, default=d.momentum)
+    p.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=d.warmup_steps,
+        metavar="N",
+        help="raise the lr linearly over the first N steps (0: constant lr)",
+    )
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="L2, all layers")
+    p.add_argument(
+        "--layer-weight-decay",
+        default=None,
+        metavar="LAYER=L2,...",
+        help="L2 per layer (name prefix), e.g. fc1=0.01,conv1=0; overrides --weight-decay there",
+    )
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--devices", default=d.devices, help="cpu, cpu:N (emulated), gpu, gpu:0,1")
+    p.add_argument("--accumulate", type=int, default=d.accumulate, help="micro-batches per step")
+    p.add_argument(
+        "--precision",
+        default=d.precision,
+        help="fp32; bf16, fp16 (mixed); fp64 (parity mode: frameworks agree over whole runs)",
+    )
+    p.add_argument(
+        "--pipeline-split",
+        type=int,
+        default=None,
+        metavar="N",
+        help="model parallel: top-level layers [0, N) on devices[0], the rest on devices[1]",
+    )
+    p.add_argument(
+        "--train-samples", type=int, default=None, help="use the first N training samples"
+    )
+    p.add_argument("--test-samples", type=int, default=None, help="use the first N test samples")
+    p.add_argument("--max-steps", type=int, default=None, help="stop each epoch after N steps")
+    p.add_argument("--val-split", type=float, default=0.0, help="fraction held out for validation")
+    p.add_argument("--drop-last", action="store_true", help="drop the last smaller batch")
+    p.add_argument("--data-dir", default=None, help="directory with the dataset files")
+    p.add_argument("--threads", type=int, default=None, help="intra-op threads per process")
+    p.add_argument("--grad-norm", action="store_true", help="record the gradient norm per step")
+
+
+def parse_layer_decay(text: str | None) -> dict[str, float]:
+    """``fc1=0.01,conv1=0`` -> {"fc1": 0.01, "conv1": 0.0}."""
+    if not text:
+        return {}
+    out = {}
+    for item in text.split(","):
+        name, sep, value = item.partition("=")
+        try:
+            if not sep or not name.strip():
+                raise ValueError
+            out[name.strip()] = float(value)
+        except ValueError:
+            raise ConfigError(
+                f"--layer-weight-decay {text!r}: give LAYER=VALUE pairs, e.g. fc1=0.01,conv1=0."
+            ) from None
+    return out
+
+
+def recipe_from_args(args: argparse.Namespace) -> Recipe:
+    return Recipe(
+        model=args.model,
+        dataset=args.dataset,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        optimizer=args.optimizer,
+        lr=args.lr,
+        momentum=args.momentum,
+        warmup_steps=args.warmup_steps,
+        weight_decay=args.weight_decay,
+        per_layer_weight_decay=parse_layer_decay(args.layer_weight_decay),
+        seed=args.seed,
+        devices=args.devices,
+        accumulate=args.accumulate,
+        precision=args.precision,
+        pipeline_split=args.pipeline_split,
+        train_samples=args.train_samples,
+        test_samples=args.test_samples,
+        max_steps=args.max_steps,
+        val_split=args.val_split,
+        drop_last=args.drop_last,
+        data_dir=args.data_dir,
+        grad_norm=args.grad_norm,
+    )
+
+
+def explicit_options(argv: Sequence[str], parser: argparse.ArgumentParser) -> set[str]:
+    """Destinations of the options actually written on the command line."""
+    names = set()
+    for action in parser._actions:
+        if any(
+            opt in argv or any(a.startswith(opt + "=") for a in argv)
+            for opt in action.option_strings
+        ):
+            names.add(action.dest)
+    return names
+
+
+def resumed_recipe(args: argparse.Namespace) -> Recipe:
+    """On --resume the checkpoint's recipe is the default; flags given explicitly override it."""
+    from polytrain.io.checkpoint import find_checkpoint, read_manifest
+
+    manifest = read_manifest(find_checkpoint(args.resume))
+    saved = dict(manifest.get("recipe") or {})
+    given = recipe_from_args(args).to_dict()
+    for key in args.explicit & set(given):
+        saved[key] = given[key]
+    return Recipe.from_dict(saved)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Train one recipe on one backend and print the summary."""
+    from polytrain.training.trainer import Trainer
+
+    recipe = resumed_recipe(args) if args.resume else recipe_from_args(args)
+    trainer = Trainer(
+        recipe,
+        args.backend,
+        out_dir=args.out,
+        progress=False if args.quiet else None,
+        threads=args.threads,
+        timeout=args.timeout,
+        resume=args.resume,
+        checkpoint_every=args.checkpoint_every,
+        keep_checkpoints=args.keep_checkpoints,
+        tensorboard=args.tensorboard,
+        inspect=args.inspect,
+        fast=args.fast,
+    )
+    rank = trainer.backend.rank  # fit() leaves the process group, which resets it
+    summary = trainer.fit()
+    if summary.interrupted:
+        where = (
+            f"; checkpoint {summary.checkpoint}"
+            if summary.checkpoint
+            else " (no --out: nothing saved)"
+        )
+        print(f"polytrain train: {summary.stop_reason}{where}", file=sys.stderr)
+        signum = trainer._stop_signal or 2
+        return 128 + signum
+    if rank != 0:  # rank 0 reports for the job
+        return 0
+    if args.json:
+        print(json.dumps(summary.to_dict(), indent=2))
+        return 0
+    rows = [
+        [
+            e.epoch + 1,
+            f"{e.train_loss:.4f}",
+            f"{100 * e.train_accuracy:.2f}",
+            "-" if e.test_accuracy is None else f"{100 * e.test_accuracy:.2f}",
+            f"{e.seconds:.1f}",
+            f"{e.samples_per_second:.0f}",
+        ]
+        for e in summary.epochs
+    ]
+    title = (
+        f"{trainer.backend.name} {trainer.backend.version()}: {recipe.model} on {recipe.dataset}"
+    )
+    _console().print(
+        _table(
+            title,
+            ["epoch", "train loss", "train acc %", "test acc %", "seconds", "samples/s"],
+            rows,
+        )
+    )
+    return 0
+
+
+# -- compare --------------------------------------------------------------------------------
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Run one recipe on several backends and report the differences."""
+    from polytrain.parity.compare import Tolerances, compare
+    from polytrain.parity.report import lockstep_table, pairs_table, table
+    from polytrain.plugins.registry import installed_backends
+
+    if args.backends:
+        backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    else:  # the built-in ones in a fixed order (torch is the canonical reference), then others
+        installed = installed_backends()
+        backends = [b for b in BUILTIN_ORDER if b in installed]
+        backends += [b for b in installed if b not in BUILTIN_ORDER]
+    tol = Tolerances(args.tol_loss, args.parity_steps, args.tol_acc)
+    reference = args.reference or ("torch" if "torch" in backends else None)
+    result = compare(
+        backends,
+        recipe_from_args(args),
+        args.out,
+        tolerances=tol,
+        threads=args.threads,
+        reference=reference,
+        quiet=args.quiet,
+        lockstep_steps=args.parity_steps,
+    )
+    console = _console()
+    console.print(table(result))
+    if result.lockstep is not None:
+        console.print(lockstep_table(result))
+    console.print(pairs_table(result))
+    console.print(f"wrote {args.out}/comparison.json and {args.out}/comparison.png")
+    if result.failures:
+        for failure in result.failures:
+            console.print(f"[red]FAIL[/red] {failure}")
+        return 1
+    acc = (
+        f" and within {tol.test_accuracy_points} points of test accuracy"
+        if tol.test_accuracy_points is not None
+        else ""
+    )
+    ref = reference or backends[0]
+    if result.recipe["precision"] == "fp64":
+        console.print(
+            f"[green]OK[/green] (fp64): free runs and lockstep within {tol.step_loss:.0e} of "
+            f"{ref} on each of the first {tol.parity_steps} steps{acc}."
+        )
+        return 0
+    console.print(
+        f"[green]OK[/green]: in lockstep every backend is within {tol.step_loss:.0e} of "
+        f"{ref} on each of {tol.parity_steps} steps{acc}. Free runs diverge once float32 "
+        "rounding differences are amplified (--precision fp64 keeps them together); see "
+        "docs/semantics.md."
+    )
+    return 0
+
+
+# -- launch and env -------------------------------------------------------------------------
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    """Run a command on several processes through the backend's own engine."""
+    from polytrain.distributed.launch import LaunchSpec, launch
+
+    command = list(args.cmd)
+    if command and command[0] == "--":
+        command = command[1:]
+    spec = LaunchSpec(
+        backend=args.backend,
+        command=command,
+        nproc_per_node=args.nproc_per_node,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        master=args.master,
+        log_dir=args.log_dir,
+        num_servers=args.num_servers,
+        host=args.host,
+        timeout=args.timeout,
+    )
+    return launch(spec)
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    """Which process this is, as the launcher's environment says."""
+    from polytrain.distributed.cluster import explain, resolve
+
+    info = resolve()
+    if args.json:
+        from dataclasses import asdict
+
+        print(json.dumps(asdict(info), indent=2))
+    elif args.explain:
+        print(explain(info))
+    else:
+        print(
+            f"rank {info.rank} of {info.world_size} (local {info.local_rank} of "
+            f"{info.local_world_size}), source {info.source}"
+        )
+    return 0
+
+
+# -- doctor -------------------------------------------------------------------------------
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """What works here: imports, devices, threads, precisions, collectives."""
+    from polytrain.cli.doctor import run_doctor, summary_rows, why_not
+    from polytrain.plugins.registry import registered_backends
+
+    names = args.names or list(registered_backends())
+    reports = run_doctor(names, collectives=not args.no_collectives)
+    if args.json:
+        print(json.dumps(reports, indent=2))
+        return 0
+    console = _console()
+    columns = ["backend", "version", "devices", "threads", "precisions (tiny step)",
+               "2-process allreduce"]  # fmt: skip
+    console.print(_table("polytrain doctor", columns, summary_rows(reports)))
+    for line in why_not(reports):
+        console.print(f"  why not: {line}", highlight=False)
+    return 0
+
+
+# -- convert --------------------------------------------------------------------------------
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    """Convert weights between .pt, .pdparams, .params and neutral checkpoints."""
+    from polytrain.io.convert import convert
+
+    report = convert(
+        args.input, args.output, args.to, model=args.model, name_map=args.map, dtype=args.dtype
+    )
+    print(report.format())
+    return 0
+
+
+# -- parser ---------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="polytrain",
+        description="Write a training recipe once; run it on PyTorch, PaddlePaddle or MXNet.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("backends", help="list backends (import only the ones named)")
+    p.add_argument("names", nargs="*", help="backends to import and probe for devices")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_backends, subparser=p)
+
+    p = sub.add_parser("data", help="where each dataset is, or how to get it")
+    p.add_argument("names", nargs="*", help="datasets (default: all)")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--download", action="store_true", help="download missing files")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_data, subparser=p)
+
+    p = sub.add_parser("train", help="train a recipe on one backend")
+    p.add_argument(
+        "--backend",
+        default=None,
+        help="torch, paddle, mxnet (default: $POLYTRAIN_BACKEND or the only installed)",
+    )
+    add_recipe_arguments(p)
+    p.add_argument("--out", default=None, help="directory for metrics.jsonl and checkpoints")
+    p.add_argument(
+        "--fast",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="compiled execution (MXNet hybridize, torch.compile, Paddle to_static); default: "
+        "per backend, what measured faster (docs/performance.md)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds for the rendezvous and for any step of a multi-process run",
+    )
+    p.add_argument("--resume", default=None, help="continue from a run or checkpoint directory")
+    p.add_argument("--checkpoint-every", type=int, default=None, help="also save every N steps")
+    p.add_argument("--keep-checkpoints", type=int, default=2, help="checkpoints kept in --out")
+    p.add_argument("--tensorboard", default=None, help="write TensorBoard event files here")
+    p.add_argument(
+        "--inspect",
+        default=None,
+        help="per-layer output/gradient statistics into the metrics file at these global "
+        "steps: '1,50,200' or 'every:100'",
+    )
+    p.set_defaults(func=cmd_train, subparser=p)
+
+    p = sub.add_parser("compare", help="run one recipe on several backends and compare")
+    p.add_argument("--backends", default=None, help="comma-separated (default: all installed)")
+    add_recipe_arguments(p)
+    p.add_argument("--out", default="runs/compare", help="directory for runs and the report")
+    p.add_argument("--reference", default=None, help="backend the others are measured against")
+    p.add_argument(
+        "--tol-loss", type=float, default=1e-4, help="max lockstep per-step loss difference"
+    )
+    p.add_argument(
+        "--parity-steps", type=int, default=200, help="lockstep steps (0: skip the lockstep)"
+    )
+    p.add_argument(
+        "--tol-acc",
+        type=float,
+        default=None,
+        help="max final test-accuracy difference of the free runs, in points (default: report)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=cmd_compare, subparser=p)
+
+    p = sub.add_parser(
+        "launch",
+        help="run a command on several processes/machines through the backend's own engine",
+        description="Example: polytrain launch --backend torch --nproc-per-node 2 --log-dir logs "
+        "-- polytrain train --backend torch --epochs 1",
+    )
+    p.add_argument("--backend", required=True, help="torch, paddle or mxnet")
+    p.add_argument("--nproc-per-node", type=int, default=1)
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--master", default="127.0.0.1:29500", help="HOST:PORT of node 0")
+    p.add_argument("--log-dir", default=None, help="worker output in LOG_DIR/workerlog.N")
+    p.add_argument("--num-servers", type=int, default=1, help="MXNet: servers per node")
+    p.add_argument(
+        "--host", default=None, help="this node's address for the others (default: routed)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="seconds for the nodes to meet and this node's workers to start",
+    )
+    # not "command": that name holds the sub-command, which error messages print
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="command", help="-- CMD [ARGS...]")
+    p.set_defaults(func=cmd_launch, subparser=p)
+
+    p = sub.add_parser("doctor", help="which backends, devices, precisions, collectives work here")
+    p.add_argument("names", nargs="*", help="backends to check (default: all registered)")
+    p.add_argument("--no-collectives", action="store_true", help="skip the 2-process check")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_doctor, subparser=p)
+
+    p = sub.add_parser(
+        "convert",
+        help="convert weights: PyTorch .pt, Paddle .pdparams, MXNet .params, neutral checkpoint",
+        description="Example: polytrain convert mnist.pdparams mnist.pt --to torch. The input "
+        "format is detected from the content; see docs/porting.md.",
+    )
+    p.add_argument("input", help="a .pt/.pdparams/.params file or a checkpoint (run) directory")
+    p.add_argument("output", help="the file to write (a directory for --to neutral)")
+    p.add_argument("--to", required=True, choices=["torch", "paddle", "mxnet", "neutral"])
+    p.add_argument("--model", default=None, help="built-in model (default: detected)")
+    p.add_argument("--map", default=None, help="JSON name map for your own model")
+    p.add_argument(
+        "--dtype",
+        default=None,
+        choices=["float32", "float64"],
+        help="of the weights written (default: float32 for .pt/.pdparams/.params, the "
+        "source's for a neutral checkpoint)",
+    )
+    p.set_defaults(func=cmd_convert, subparser=p)
+
+    p = sub.add_parser("env", help="rank, world size and master as this process sees them")
+    p.add_argument("--explain", action="store_true", help="which source won and why")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_env, subparser=p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    args.explicit = explicit_options(argv, args.subparser)
+    try:
+        return int(args.func(args))
+    except PolytrainError as exc:
+        print(f"polytrain {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"polytrain {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,2 @@
+"""Processes and machines: the cluster a process belongs to, launching, worker logs,
+the watchdog."""

@@ -1,0 +1,235 @@
+"""MXNet's parameter-server job on one node: scheduler (node 0), servers and workers.
+
+ps-lite reads its topology from ``DMLC_*`` variables. The scheduler and the servers are
+plain ``import mxnet`` processes (MXNet runs the server loop at import when
+``DMLC_ROLE`` says so); workers run the user's command. ps-lite, not this launcher,
+numbers the workers (by the random ports they listen on): each polytrain worker writes
+its kvstore rank to a file this supervisor reads, so its log, first
+``workerlog.slot<N>``, becomes ``workerlog.<rank>`` once it joined, and a failure names
+the real rank. When any process of the node fails, the supervisor stops the others.
+
+ps-lite has no timeouts: a node whose scheduler cannot be reached would wait forever, so
+nodes other than 0 first wait (``--timeout``) until the scheduler's port answers; the
+workers bound every later wait themselves (:mod:`polytrain.distributed.watchdog`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from polytrain.errors import ClusterError
+
+if TYPE_CHECKING:
+    from polytrain.distributed.launch import LaunchSpec
+
+POLL_SECONDS = 0.2
+SERVER_EXIT_SECONDS = 30.0
+TERMINATE_SECONDS = 5.0
+RANK_FILE_VAR = "POLYTRAIN_RANK_FILE"  # read by backends/polytrain_mxnet/_parallel.py
+
+
+@dataclass
+class _Proc:
+    role: str
+    index: int  # launch slot: the provisional rank for workers
+    popen: subprocess.Popen[bytes]
+    log: IO[bytes] | None
+    log_name: str | None = None
+    rank_file: Path | None = None
+
+    @property
+    def label(self) -> str:
+        if self.role != "worker":
+            return f"{self.role} {self.index}"
+        rank = self.rank()
+        if rank is None:
+            return f"worker {self.index} (launch slot {self.index}; before joining the kvstore)"
+        return f"worker rank {rank}"
+
+    def rank(self) -> int | None:
+        try:
+            return int(self.rank_file.read_text()) if self.rank_file else None
+        except (OSError, ValueError):
+            return None
+
+
+def dmlc_env(spec: LaunchSpec, role: str, base: dict[str, str], host: str) -> dict[str, str]:
+    """The ps-lite variables of one process of this node."""
+    env = {
+        **base,
+        "DMLC_ROLE": role,
+        "DMLC_PS_ROOT_URI": spec.master_addr,
+        "DMLC_PS_ROOT_PORT": str(spec.master_port),
+        "DMLC_NUM_WORKER": str(spec.world_size),
+        "DMLC_NUM_SERVER": str(spec.num_servers * spec.nnodes),
+        "DMLC_NODE_HOST": host,  # ps-lite otherwise guesses an interface (fails on loopback)
+        "POLYTRAIN_LOCAL_WORLD_SIZE": str(spec.nproc_per_node),
+    }
+    if role != "worker":  # scheduler and servers only relay and add: one thread each
+        env.update(OMP_NUM_THREADS="1", MXNET_CPU_WORKER_NTHREADS="1")
+    return env
+
+
+def _start(
+    role: str, index: int, cmd: list[str], env: dict[str, str], log_path: Path | None
+) -> _Proc:
+    log = open(log_path, "ab") if log_path else None  # noqa: SIM115 - closed by the supervisor
+    popen = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT if log else None)
+    return _Proc(role, index, popen, log, log_path.name if log_path else None)
+
+
+def wait_for_scheduler(spec: LaunchSpec) -> None:
+    """Nodes other than 0: wait until the scheduler's port answers, or fail clearly."""
+    deadline = time.monotonic() + spec.timeout
+    reason = ""
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((spec.master_addr, spec.master_port), timeout=2):
+                return
+        except ConnectionRefusedError:
+            reason = "connection refused"
+        except TimeoutError:
+            reason = "no answer"
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+        time.sleep(0.5)
+    raise ClusterError(
+        f"The MXNet scheduler at {spec.master} could not be reached from node "
+        f"{spec.node_rank} within {spec.timeout:.0f} s (--timeout; last attempt: {reason}). "
+        "Check that node rank 0 runs and that its address and port are reachable from here."
+    )
+
+
+def launch_parameter_server(spec: LaunchSpec, base_env: dict[str, str], host: str) -> int:
+    """Start this node's scheduler/servers/workers, wait for the workers, clean up."""
+    from polytrain.distributed.launch import python_command
+
+    if spec.node_rank > 0:
+        wait_for_scheduler(spec)
+    log_dir = Path(spec.log_dir) if spec.log_dir else None
+    if log_dir:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    rank_dir = Path(tempfile.mkdtemp(prefix="polytrain-ranks-"))
+
+    def log(name: str) -> Path | None:
+        return log_dir / name if log_dir else None
+
+    import_mxnet = [sys.executable, "-c", "import mxnet"]
+    procs: list[_Proc] = []
+    try:
+        if spec.node_rank == 0:
+            env = dmlc_env(spec, "scheduler", base_env, host)
+            procs.append(_start("scheduler", 0, import_mxnet, env, log("schedulerlog")))
+        for i in range(spec.num_servers):
+            index = spec.node_rank * spec.num_servers + i
+            env = dmlc_env(spec, "server", base_env, host)
+            procs.append(_start("server", index, import_mxnet, env, log(f"serverlog.{index}")))
+        workers = []
+        for i in range(spec.nproc_per_node):
+            slot = spec.node_rank * spec.nproc_per_node + i
+            env = dmlc_env(spec, "worker", base_env, host)
+            env["POLYTRAIN_RANK"] = str(slot)  # provisional; the kvstore assigns the real rank
+            env["POLYTRAIN_LOCAL_RANK"] = str(i)
+            env[RANK_FILE_VAR] = str(rank_dir / f"slot{slot}")
+            cmd = python_command(spec.command)
+            worker = _start("worker", slot, cmd, env, log(f"workerlog.slot{slot}"))
+            worker.rank_file = rank_dir / f"slot{slot}"
+            workers.append(worker)
+            procs.append(worker)
+        return _wait_stoppable(procs, workers, spec)
+    finally:
+        for p in procs:
+            if p.popen.poll() is None:
+                p.popen.kill()
+                p.popen.wait()
+            if p.log:
+                p.log.close()
+            if p.role == "worker":
+                _name_log_by_rank(p, spec)
+        shutil.rmtree(rank_dir, ignore_errors=True)
+
+
+class _Stopped(Exception):
+    """SIGINT or SIGTERM reached the launcher."""
+
+
+def _wait_stoppable(procs: list[_Proc], workers: list[_Proc], spec: LaunchSpec) -> int:
+    """:func:`_wait`, but SIGINT/SIGTERM stop every process of the node first."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise _Stopped(signum)
+
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _wait(procs, workers, spec)
+    except _Stopped as exc:
+        _terminate(procs)
+        return 128 + int(exc.args[0])
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+def _wait(procs: list[_Proc], workers: list[_Proc], spec: LaunchSpec) -> int:
+    from polytrain.distributed.launch import print_log_tail, signal_name
+
+    while True:
+        for w in workers:
+            _name_log_by_rank(w, spec)
+        for p in procs:
+            code = p.popen.poll()
+            if code is not None and code != 0:
+                how = f"killed by {signal_name(-code)}" if code < 0 else f"exit code {code}"
+                print(
+                    f"polytrain launch: {p.label} (pid {p.popen.pid}) failed first: {how}; "
+                    "stopping the other processes of this node.",
+                    file=sys.stderr,
+                )
+                _terminate(procs)
+                if p.log_name:
+                    print_log_tail(spec.log_dir, p.log_name)
+                return code if code > 0 else 128 - code
+        if all(w.popen.poll() == 0 for w in workers):
+            break
+        time.sleep(POLL_SECONDS)
+    deadline = time.monotonic() + SERVER_EXIT_SECONDS  # servers leave when workers finalize
+    while any(p.popen.poll() is None for p in procs) and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS)
+    return 0
+
+
+def _name_log_by_rank(worker: _Proc, spec: LaunchSpec) -> None:
+    """workerlog.slot<N> -> workerlog.<rank> once the worker knows its rank (the open
+    file keeps receiving the output)."""
+    if (
+        spec.log_dir is None
+        or worker.log_name is None
+        or not worker.log_name.startswith("workerlog.slot")
+    ):
+        return
+    rank = worker.rank()
+    if rank is not None:
+        new = f"workerlog.{rank}"
+        Path(spec.log_dir, worker.log_name).replace(Path(spec.log_dir, new))
+        worker.log_name = new
+
+
+def _terminate(procs: list[_Proc]) -> None:
+    for p in procs:
+        if p.popen.poll() is None:
+            p.popen.terminate()
+    deadline = time.monotonic() + TERMINATE_SECONDS
+    while any(p.popen.poll() is None for p in procs) and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS)
+    for p in procs:
+        if p.popen.poll() is None:
+            p.popen.kill()

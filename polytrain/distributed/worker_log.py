@@ -1,0 +1,106 @@
+"""The wrapper ``polytrain launch`` puts around each torch and Paddle worker.
+
+``python -m polytrain.distributed.worker_log [--log-dir DIR] [--status-dir DIR] -- CMD...`` runs the
+command as a child:
+
+* its output goes to ``DIR/workerlog.<rank>`` (as Paddle's launcher does) when a log
+  directory is given;
+* SIGTERM/SIGINT/SIGHUP are passed on, and the child dies with the wrapper (Linux
+  ``PR_SET_PDEATHSIG``), so the engine's launcher still controls the real worker;
+* when the child ends, ``STATUS_DIR/rank<R>.json`` records how and when: after a failure
+  the launcher names the worker that died *first* (the engines' own reports may name a
+  peer that failed a few milliseconds later because its collective broke);
+* the wrapper ends the same way (same exit code, or the same signal).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+RANK_VARS = ("RANK", "PADDLE_TRAINER_ID", "POLYTRAIN_RANK")  # torchrun, paddle launch, ours
+
+
+def rank_from_env() -> int:
+    for var in RANK_VARS:
+        value = os.environ.get(var, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def main(argv: list[str]) -> int:
+    log_dir = status_dir = None
+    while argv and argv[0] != "--":
+        flag, value, argv = argv[0], argv[1] if len(argv) > 1 else "", argv[2:]
+        if flag == "--log-dir":
+            log_dir = Path(value)
+        elif flag == "--status-dir":
+            status_dir = Path(value)
+        else:
+            sys.exit(f"usage: worker_log [--log-dir DIR] [--status-dir DIR] -- CMD...; got {flag}")
+    cmd = argv[1:]
+    if not cmd:
+        sys.exit("usage: worker_log [--log-dir DIR] [--status-dir DIR] -- CMD [ARGS...]")
+    rank = rank_from_env()
+    output = None
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        output = open(log_dir / f"workerlog.{rank}", "ab")  # noqa: SIM115 - closed at exit
+    child = subprocess.Popen(
+        cmd, stdout=output, stderr=subprocess.STDOUT if output else None,
+        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+    )  # fmt: skip
+
+    def forward(signum: int, _frame: object) -> None:
+        child.send_signal(signum)
+
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
+    while True:
+        try:
+            code = child.wait()
+            break
+        except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
+            continue
+    ended = time.time()
+    if status_dir is not None:
+        record = {"rank": rank, "pid": child.pid, "code": code, "time": ended}
+        tmp = status_dir / f".rank{rank}.json.tmp"
+        tmp.write_text(json.dumps(record))
+        tmp.replace(status_dir / f"rank{rank}.json")
+    if output is not None:
+        output.close()
+    if code < 0:  # end the same way, so the engine reports the signal
+        for sig in FORWARDED:
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
+
+
+def read_statuses(status_dir: Path) -> list[dict[str, float]]:
+    """The records of every worker of this node that has ended, earliest first."""
+    records = []
+    for path in status_dir.glob("rank*.json"):
+        try:
+            records.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return sorted(records, key=lambda r: r["time"])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,471 @@
+"""Neutral model specs: a framework-free description each backend builds natively.
+
+A spec is a tree of small frozen layer records with names; canonical parameter names
+are the dotted paths (``conv1.weight``, ``stages.0.0.bn1.running_var``), in PyTorch's
+layout. Initial weights are drawn here, in numpy, from the seed, by the rule the spec
+names, so every backend starts from the same numbers (contract 8).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from polytrain.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Conv2d:
+    in_channels: int
+    out_channels: int
+    kernel_size: int
+    stride: int = 1
+    padding: int = 0
+    bias: bool = True
+
+
+@dataclass(frozen=True)
+class Linear:
+    in_features: int
+    out_features: int
+    bias: bool = True
+
+
+@dataclass(frozen=True)
+class BatchNorm2d:
+    """BatchNorm with PyTorch's conventions: ``momentum`` weights the *new* statistic,
+    running_var is the unbiased estimate."""
+
+    num_features: int
+    eps: float = 1e-5
+    momentum: float = 0.1
+
+
+@dataclass(frozen=True)
+class ReLU:
+    pass
+
+
+@dataclass(frozen=True)
+class MaxPool2d:
+    kernel_size: int
+    stride: int | None = None
+    padding: int = 0
+
+
+@dataclass(frozen=True)
+class AvgPool2d:
+    """Average pooling; ``count_include_pad=True`` (PyTorch's and MXNet's default)."""
+
+    kernel_size: int
+    stride: int | None = None
+    padding: int = 0
+    ceil_mode: bool = False
+    count_include_pad: bool = True
+
+
+@dataclass(frozen=True)
+class GlobalAvgPool2d:
+    pass
+
+
+@dataclass(frozen=True)
+class Flatten:
+    pass
+
+
+@dataclass(frozen=True)
+class Dropout:
+    p: float = 0.5
+
+
+@dataclass(frozen=True)
+class Sequential:
+    layers: tuple[tuple[str, Layer], ...]
+
+
+@dataclass(frozen=True)
+class Residual:
+    """``relu(body(x) + shortcut(x))``; no shortcut means identity."""
+
+    body: Sequential
+    shortcut: Sequential | None = None
+
+
+Layer = (
+    Conv2d
+    | Linear
+    | BatchNorm2d
+    | ReLU
+    | MaxPool2d
+    | AvgPool2d
+    | GlobalAvgPool2d
+    | Flatten
+    | Dropout
+    | Sequential
+    | Residual
+)
+_ALL_LAYERS: tuple[type, ...] = (Conv2d, Linear, BatchNorm2d, ReLU, MaxPool2d, AvgPool2d)
+_ALL_LAYERS += (GlobalAvgPool2d, Flatten, Dropout, Sequential, Residual)
+LAYER_TYPES: dict[str, type] = {t.__name__: t for t in _ALL_LAYERS}
+INIT_RULES = ("torch_default", "xavier_uniform", "kaiming_normal", "normal")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A named network with its input shape and initialisation rule.
+
+    ``init``: ``torch_default`` (PyTorch's Conv/Linear defaults), ``xavier_uniform``
+    (biases zero), ``kaiming_normal`` (fan_out, relu; biases zero) or ``normal`` with
+    ``init_std`` (d2l's scratch recipe; biases zero). BatchNorm starts at 1/0/0/1.
+    """
+
+    name: str
+    net: Sequential
+    input_shape: tuple[int, int, int] = (1, 28, 28)
+    num_classes: int = 10
+    init: str = "xavier_uniform"
+    init_std: float = 0.01
+    has_randomness: bool = False
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.init not in INIT_RULES:
+            raise ConfigError(f"Unknown init rule {self.init!r}; use one of {INIT_RULES}.")
+
+    # -- walking ----------------------------------------------------------------------------
+
+    def layers(self) -> Iterator[tuple[str, Layer]]:
+        """Every leaf layer with its dotted path, in forward order."""
+        yield from walk(self.net, "")
+
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Canonical name -> shape of every parameter and buffer, in model order."""
+        shapes: dict[str, tuple[int, ...]] = {}
+        for path, layer in self.layers():
+            for pname, shape in layer_parameters(layer).items():
+                shapes[f"{path}.{pname}"] = shape
+        return shapes
+
+    def trainable_names(self) -> list[str]:
+        return [n for n in self.parameter_shapes() if not is_buffer(n)]
+
+    def num_parameters(self) -> int:
+        return sum(math.prod(s) for n, s in self.parameter_shapes().items() if not is_buffer(n))
+
+    # -- initialisation ---------------------------------------------------------------------
+
+    def init_params(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Float32 initial weights from ``seed``: each tensor from its own generator
+        seeded with (seed, its index), so adding a layer does not shift the others."""
+        out: dict[str, np.ndarray] = {}
+        index = 0
+        for path, layer in self.layers():
+            for pname, shape in layer_parameters(layer).items():
+                rng = np.random.default_rng([seed, index])
+                index += 1
+                out[f"{path}.{pname}"] = self._init_one(layer, pname, shape, rng)
+        return out
+
+    def _init_one(
+        self, layer: Layer, pname: str, shape: tuple[int, ...], rng: np.random.Generator
+    ) -> np.ndarray:
+        if isinstance(layer, BatchNorm2d):
+            value = 1.0 if pname in ("weight", "running_var") else 0.0
+            return np.full(shape, value, dtype=np.float32)
+        fan_in, fan_out = _fans(layer)
+        if pname == "bias":
+            if self.init == "torch_default":
+                bound = 1 / math.sqrt(fan_in)
+                return rng.uniform(-bound, bound, shape).astype(np.float32)
+            return np.zeros(shape, dtype=np.float32)
+        if self.init == "torch_default":
+            bound = 1 / math.sqrt(fan_in)  # kaiming_uniform_(a=sqrt(5))
+            return rng.uniform(-bound, bound, shape).astype(np.float32)
+        if self.init == "xavier_uniform":
+            bound = math.sqrt(6.0 / (fan_in + fan_out))
+            return rng.uniform(-bound, bound, shape).astype(np.float32)
+        if self.init == "kaiming_normal":
+            return rng.normal(0.0, math.sqrt(2.0 / fan_out), shape).astype(np.float32)
+        return rng.normal(0.0, self.init_std, shape).astype(np.float32)
+
+    # -- serialisation ----------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "net": _layer_to_dict(self.net),
+            "input_shape": list(self.input_shape),
+            "num_classes": self.num_classes,
+            "init": self.init,
+            "init_std": self.init_std,
+            "has_randomness": self.has_randomness,
+            "description": self.description,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelSpec:
+        try:
+            net = _layer_from_dict(data["net"])
+            if not isinstance(net, Sequential):
+                raise ConfigError("A model spec's 'net' must be a Sequential.")
+            return cls(
+                name=str(data["name"]),
+                net=net,
+                input_shape=tuple(int(v) for v in data["input_shape"]),  # type: ignore[arg-type]
+                num_classes=int(data["num_classes"]),
+                init=str(data.get("init", "xavier_uniform")),
+                init_std=float(data.get("init_std", 0.01)),
+                has_randomness=bool(data.get("has_randomness", False)),
+                description=str(data.get("description", "")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"Not a valid model spec: {exc!r}") from exc
+
+
+BUFFER_SUFFIXES = (".running_mean", ".running_var")
+
+
+def is_buffer(name: str) -> bool:
+    """True for BatchNorm running statistics (state that is not trained)."""
+    return name.endswith(BUFFER_SUFFIXES)
+
+
+def walk(layer: Layer, prefix: str) -> Iterator[tuple[str, Layer]]:
+    """Leaf layers under ``layer`` with dotted paths."""
+    if isinstance(layer, Sequential):
+        for name, child in layer.layers:
+            yield from walk(child, f"{prefix}.{name}" if prefix else name)
+    elif isinstance(layer, Residual):
+        yield from walk(layer.body, f"{prefix}.body" if prefix else "body")
+        if layer.shortcut is not None:
+            yield from walk(layer.shortcut, f"{prefix}.shortcut" if prefix else "shortcut")
+    else:
+        yield prefix, layer
+
+
+def layer_parameters(layer: Layer) -> dict[str, tuple[int, ...]]:
+    """Canonical parameter shapes of one leaf layer (PyTorch layout)."""
+    if isinstance(layer, Conv2d):
+        k = layer.kernel_size
+        shapes: dict[str, tuple[int, ...]] = {
+            "weight": (layer.out_channels, layer.in_channels, k, k)
+        }
+        if layer.bias:
+            shapes["bias"] = (layer.out_channels,)
+        return shapes
+    if isinstance(layer, Linear):
+        shapes = {"weight": (layer.out_features, layer.in_features)}
+        if layer.bias:
+            shapes["bias"] = (layer.out_features,)
+        return shapes
+    if isinstance(layer, BatchNorm2d):
+        c = (layer.num_features,)
+        return {"weight": c, "bias": c, "running_mean": c, "running_var": c}
+    return {}
+
+
+def _fans(layer: Layer) -> tuple[int, int]:
+    if isinstance(layer, Conv2d):
+        area = layer.kernel_size**2
+        return layer.in_channels * area, layer.out_channels * area
+    if isinstance(layer, Linear):
+        return layer.in_features, layer.out_features
+    raise ConfigError(f"No fan for {layer!r}")
+
+
+def _layer_to_dict(layer: Layer) -> dict[str, Any]:
+    if isinstance(layer, Sequential):
+        return {"type": "Sequential", "layers": [[n, _layer_to_dict(c)] for n, c in layer.layers]}
+    if isinstance(layer, Residual):
+        return {
+            "type": "Residual",
+            "body": _layer_to_dict(layer.body),
+            "shortcut": None if layer.shortcut is None else _layer_to_dict(layer.shortcut),
+        }
+    return {"type": type(layer).__name__, **asdict(layer)}
+
+
+def _layer_from_dict(data: dict[str, Any]) -> Layer:
+    kind = data.get("type")
+    if kind == "Sequential":
+        return Sequential(tuple((str(n), _layer_from_dict(c)) for n, c in data["layers"]))
+    if kind == "Residual":
+        body = _layer_from_dict(data["body"])
+        short = data.get("shortcut")
+        shortcut = None if short is None else _layer_from_dict(short)
+        if not isinstance(body, Sequential) or not (
+            shortcut is None or isinstance(shortcut, Sequential)
+        ):
+            raise ConfigError("Residual body and shortcut must be Sequential.")
+        return Residual(body, shortcut)
+    if kind not in LAYER_TYPES:
+        raise ConfigError(f"Unknown layer type {kind!r} in model spec.")
+    fields = {k: v for k, v in data.items() if k != "type"}
+    layer: Layer = LAYER_TYPES[kind](**fields)
+    return layer
+
+
+def seq(*layers: tuple[str, Layer]) -> Sequential:
+    return Sequential(tuple(layers))
+
+
+# -- the built-in specs ----------------------------------------------------------------------
+
+
+def lenet(init: str = "xavier_uniform") -> ModelSpec:
+    """d2l's LeNet of the multi-GPU chapters: conv 1->20 k3, avgpool, conv 20->50 k5,
+    avgpool, dense 800->128, dense 128->10, ReLU between."""
+    return ModelSpec(
+        "lenet",
+        seq(
+            ("conv1", Conv2d(1, 20, 3)),
+            ("relu1", ReLU()),
+            ("pool1", AvgPool2d(2, 2)),
+            ("conv2", Conv2d(20, 50, 5)),
+            ("relu2", ReLU()),
+            ("pool2", AvgPool2d(2, 2)),
+            ("flatten", Flatten()),
+            ("fc1", Linear(800, 128)),
+            ("relu3", ReLU()),
+            ("fc2", Linear(128, 10)),
+        ),
+        init=init,
+        description="d2l multi-GPU LeNet (1.3e5 parameters)",
+    )
+
+
+def lenet_scratch() -> ModelSpec:
+    """The same LeNet with d2l's scratch initialisation N(0, 0.01), biases zero."""
+    spec = lenet(init="normal")
+    return ModelSpec(**{**spec.__dict__, "name": "lenet-scratch"})
+
+
+def paddle_mnist() -> ModelSpec:
+    """The Paddle MNIST tutorial's CNN: conv 20 k5 p2, maxpool, conv 20 k5 p2, maxpool,
+    dense 980->10 (the tutorial's softmax is part of the loss here)."""
+    return ModelSpec(
+        "paddle-mnist",
+        seq(
+            ("conv1", Conv2d(1, 20, 5, padding=2)),
+            ("relu1", ReLU()),
+            ("pool1", MaxPool2d(2, 2)),
+            ("conv2", Conv2d(20, 20, 5, padding=2)),
+            ("relu2", ReLU()),
+            ("pool2", MaxPool2d(2, 2)),
+            ("flatten", Flatten()),
+            ("fc", Linear(980, 10)),
+        ),
+        init="torch_default",
+        description="Paddle MNIST tutorial CNN",
+    )
+
+
+def torch_dp_cnn() -> ModelSpec:
+    """The PyTorch DataParallel tutorial's CNN: conv 64, conv 128, maxpool,
+    dense 25088->1024, dropout 0.5, dense 10."""
+    return ModelSpec(
+        "torch-dp-cnn",
+        seq(
+            ("conv1", Conv2d(1, 64, 3, padding=1)),
+            ("relu1", ReLU()),
+            ("conv2", Conv2d(64, 128, 3, padding=1)),
+            ("relu2", ReLU()),
+            ("pool", MaxPool2d(2, 2)),
+            ("flatten", Flatten()),
+            ("fc1", Linear(14 * 14 * 128, 1024)),
+            ("relu3", ReLU()),
+            ("dropout", Dropout(0.5)),
+            ("fc2", Linear(1024, 10)),
+        ),
+        init="torch_default",
+        has_randomness=True,
+        description="PyTorch DataParallel tutorial CNN (dropout: no cross-framework parity)",
+    )
+
+
+def mlp(hidden: int = 32) -> ModelSpec:
+    """A small MLP (flatten, dense, relu, dense) whose gradients numpy checks exactly."""
+    return ModelSpec(
+        "mlp",
+        seq(
+            ("flatten", Flatten()),
+            ("fc1", Linear(784, hidden)),
+            ("relu1", ReLU()),
+            ("fc2", Linear(hidden, 10)),
+        ),
+        init="xavier_uniform",
+        description="two-layer perceptron",
+    )
+
+
+def _residual(cin: int, cout: int, stride: int) -> Residual:
+    body = seq(
+        ("conv1", Conv2d(cin, cout, 3, stride=stride, padding=1)),
+        ("bn1", BatchNorm2d(cout)),
+        ("relu", ReLU()),
+        ("conv2", Conv2d(cout, cout, 3, padding=1)),
+        ("bn2", BatchNorm2d(cout)),
+    )
+    shortcut = None
+    if stride != 1 or cin != cout:
+        shortcut = seq(("conv", Conv2d(cin, cout, 1, stride=stride)))
+    return Residual(body, shortcut)
+
+
+def resnet18(num_classes: int = 10, in_channels: int = 1) -> ModelSpec:
+    """d2l's ResNet-18 of the multi-GPU chapter: 3x3 stem, no max-pool, four stages
+    64/128/256/512 of two residual blocks (1x1 conv shortcut when the shape changes),
+    global average pool, dense."""
+    stages = []
+    cin = 64
+    for i, cout in enumerate((64, 128, 256, 512)):
+        stride = 1 if i == 0 else 2
+        blocks = seq(("0", _residual(cin, cout, stride)), ("1", _residual(cout, cout, 1)))
+        stages.append((f"stage{i + 1}", blocks))
+        cin = cout
+    return ModelSpec(
+        "resnet18",
+        seq(
+            ("conv1", Conv2d(in_channels, 64, 3, padding=1)),
+            ("bn1", BatchNorm2d(64)),
+            ("relu", ReLU()),
+            *stages,
+            ("pool", GlobalAvgPool2d()),
+            ("flatten", Flatten()),
+            ("fc", Linear(512, num_classes)),
+        ),
+        input_shape=(in_channels, 28, 28),
+        num_classes=num_classes,
+        init="normal",  # the seed's init_weights: N(0, 0.01) for every conv and linear
+        init_std=0.01,
+        description="d2l ResNet-18 variant with BatchNorm (1.1e7 parameters)",
+    )
+
+
+MODELS: dict[str, Callable[[], ModelSpec]] = {
+    "lenet": lenet,
+    "lenet-scratch": lenet_scratch,
+    "paddle-mnist": paddle_mnist,
+    "torch-dp-cnn": torch_dp_cnn,
+    "mlp": mlp,
+    "resnet18": resnet18,
+}
+
+
+def get_model_spec(name: str) -> ModelSpec:
+    """A built-in spec by name; unknown names list the known ones."""
+    try:
+        return MODELS[name]()
+    except KeyError:
+        raise ConfigError(
+            f"Unknown model {name!r}. Built-in models: {', '.join(MODELS)}."
+        ) from None

@@ -1,0 +1,2 @@
+"""The training loop: recipe, one optimizer step, the Trainer, mixed precision, the
+built-in event plugins."""

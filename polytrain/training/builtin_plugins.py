@@ -1,0 +1,144 @@
+"""Built-in plugins for the training-event hooks: a progress bar and a JSON-lines log.
+
+They are registered on the run's plugin manager exactly like third-party plugins.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+from polytrain.plugins.hookspecs import hookimpl
+from polytrain.plugins.records import EpochRecord, RunInfo, StepRecord, Summary
+
+
+class ProgressBar:
+    """Run header and one line per epoch on stderr; a tqdm bar per epoch when stderr is a
+    terminal (or ``bar=True``). Rank 0 only; ``enabled=False`` silences it."""
+
+    def __init__(self, enabled: bool | None = None, bar: bool | None = None) -> None:
+        self.enabled = True if enabled is None else enabled
+        self.bar = sys.stderr.isatty() if bar is None else bar
+        self._bar: Any = None
+        self._loss = 0.0
+        self._n = 0
+
+    @hookimpl
+    def polytrain_train_start(self, run: RunInfo) -> None:
+        if self.enabled and run.is_main:
+            threads = ", ".join(f"{k}={v}" for k, v in run.threads.items())
+            print(
+                f"polytrain: {run.backend} {run.framework_version} | "
+                f"{run.model} on {run.dataset} | "
+                f"devices {','.join(run.devices)} x {run.world_size} process(es) | "
+                f"global batch {run.global_batch} ({run.per_device_batch}/device) | "
+                f"{lr_policy(run.recipe)} | threads {threads} | "
+                f"{'fast (compiled)' if run.fast else 'eager'} {run.recipe.get('precision', '')}",
+                file=sys.stderr,
+            )
+
+    @hookimpl
+    def polytrain_step_end(self, run: RunInfo, step: StepRecord) -> None:
+        if not (self.enabled and self.bar and run.is_main):
+            return
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(
+                total=run.steps_per_epoch,
+                initial=step.step,
+                desc=f"epoch {step.epoch + 1}/{run.epochs}",
+                unit="step",
+                leave=False,
+                file=sys.stderr,
+                mininterval=0.5,
+            )
+            self._loss, self._n = 0.0, 0
+        self._loss += step.loss
+        self._n += 1
+        self._bar.update(1)
+        if self._n % 10 == 0:
+            self._bar.set_postfix(loss=f"{self._loss / self._n:.4f}", refresh=False)
+
+    @hookimpl
+    def polytrain_epoch_end(self, run: RunInfo, epoch: EpochRecord) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        if self.enabled and run.is_main:
+            test = "-" if epoch.test_accuracy is None else f"{100 * epoch.test_accuracy:.2f}%"
+            print(
+                f"epoch {epoch.epoch + 1}/{run.epochs}: loss {epoch.train_loss:.4f}, "
+                f"train acc {100 * epoch.train_accuracy:.2f}%, test acc {test}, "
+                f"{epoch.seconds:.1f} s, {epoch.samples_per_second:.0f} samples/s",
+                file=sys.stderr,
+            )
+
+    @hookimpl
+    def polytrain_train_end(self, run: RunInfo, summary: Summary) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def lr_policy(recipe: dict[str, Any]) -> str:
+    """The learning-rate policy in words, for the run header."""
+    name = recipe.get("optimizer", "?")
+    warmup = recipe.get("warmup_steps") or 0
+    text = f"{name} lr {recipe.get('lr')} " + (
+        f"(linear warm-up over {warmup} steps)" if warmup else "constant"
+    )
+    if name == "momentum":
+        text += f", momentum {recipe.get('momentum')}"
+    if recipe.get("weight_decay"):
+        text += f", weight decay {recipe['weight_decay']}"
+    return text
+
+
+class JsonlLogger:
+    """Appends one JSON object per event to ``path`` (rank 0 only); each line is flushed
+    at epoch ends, so a killed run keeps every finished epoch."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._fh: IO[str] | None = None
+
+    def _write(self, record: dict[str, Any], flush: bool = False) -> None:
+        if self._fh is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
+        self._fh.write(json.dumps(record) + "\n")
+        if flush:
+            self._fh.flush()
+
+    @hookimpl
+    def polytrain_train_start(self, run: RunInfo) -> None:
+        if run.is_main:
+            self._write({"event": "start", **run.to_dict()}, flush=True)
+
+    @hookimpl
+    def polytrain_step_end(self, run: RunInfo, step: StepRecord) -> None:
+        if run.is_main:
+            self._write({"event": "step", **step.to_dict()})
+
+    @hookimpl
+    def polytrain_epoch_end(self, run: RunInfo, epoch: EpochRecord) -> None:
+        if run.is_main:
+            self._write({"event": "epoch", **epoch.to_dict()}, flush=True)
+
+    @hookimpl
+    def polytrain_train_end(self, run: RunInfo, summary: Summary) -> None:
+        if run.is_main:
+            self._write({"event": "end", **summary.to_dict()}, flush=True)
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The records of a metrics file, in order."""
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]

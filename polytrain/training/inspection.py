@@ -1,0 +1,63 @@
+"""Looking inside a model while it trains: per-layer output and gradient statistics, and
+the first layer whose output went non-finite."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from polytrain.errors import ConfigError
+
+
+def array_stats(a: np.ndarray) -> dict[str, float | int]:
+    """mean, std, max |x| over the finite values, and the count of NaN/Inf values."""
+    flat = np.asarray(a, dtype=np.float64).ravel()
+    finite = np.isfinite(flat)
+    good = flat[finite]
+    return {
+        "mean": float(good.mean()) if good.size else float("nan"),
+        "std": float(good.std()) if good.size else float("nan"),
+        "max_abs": float(np.abs(good).max()) if good.size else float("nan"),
+        "nonfinite": int(flat.size - int(finite.sum())),
+    }
+
+
+def parse_steps(text: str | None) -> Callable[[int], bool] | None:
+    """Which global steps (1-based) to inspect: ``"1,50,200"`` or ``"every:100"``."""
+    if text is None or not text.strip():
+        return None
+    text = text.strip()
+    try:
+        if text.startswith("every:"):
+            every = int(text.split(":", 1)[1])
+            if every < 1:
+                raise ValueError
+            return lambda step: step % every == 0 or step == 1
+        steps = {int(part) for part in text.split(",") if part.strip()}
+        if not steps or min(steps) < 1:
+            raise ValueError
+    except ValueError:
+        raise ConfigError(
+            f"--inspect {text!r}: give global step numbers like '1,50,200' or 'every:100'."
+        ) from None
+    return lambda step: step in steps
+
+
+def first_nonfinite(outputs: Iterable[tuple[str, np.ndarray]]) -> str | None:
+    """Name of the first layer (in forward order) whose output holds a NaN or Inf."""
+    for name, out in outputs:
+        if not np.all(np.isfinite(out)):
+            return name
+    return None
+
+
+def inspect_record(
+    outputs: Iterable[tuple[str, np.ndarray]], gradients: dict[str, np.ndarray]
+) -> dict[str, Any]:
+    """The ``inspect`` entry of a step record."""
+    return {
+        "outputs": {name: array_stats(out) for name, out in outputs},
+        "gradients": {name: array_stats(g) for name, g in gradients.items()},
+    }

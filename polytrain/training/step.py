@@ -1,0 +1,122 @@
+"""One optimizer step of the recipe, composed only of Backend verbs.
+
+The global batch is cut into ``accumulate`` micro-batches, each micro-batch into one
+shard per device; every shard's *summed* loss is scaled by 1/(samples of the global
+batch) before backward, gradients are summed over replicas (and processes), then one
+update. So devices x processes x micro-batches equals one device on the whole batch
+(contract 3). Under mixed precision (:mod:`polytrain.backend.precision`) forward passes run in
+autocast, and with fp16 the loss is scaled and a step with inf/nan gradients is skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from polytrain.backend.base import Backend, Model
+from polytrain.backend.precision import param_dtype
+from polytrain.errors import ConfigError
+from polytrain.neutral.optim import Optimizer
+from polytrain.neutral.sharding import shard_bounds
+from polytrain.training.mixed_precision import MixedPrecision
+
+
+@dataclass
+class StepResult:
+    """Sums over the global batch of one step (all processes), on the host."""
+
+    loss_sum: float
+    correct: int
+    samples: int
+    skipped: bool = False  # fp16: a gradient was inf/nan, so no update (the scale backed off)
+
+
+class StepRunner:
+    """Runs training steps and evaluation batches of one model on one backend."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        model: Model,
+        optimizer: Optimizer,
+        *,
+        accumulate: int = 1,
+        precision: str = "fp32",
+    ) -> None:
+        self.backend = backend
+        self.model = model
+        self.optimizer = optimizer
+        self.accumulate = accumulate
+        self.precision = precision
+        if model.dtype != param_dtype(precision):
+            raise ConfigError(
+                f"Precision {precision} needs a model built with dtype="
+                f"{param_dtype(precision)!r}; this one was built in {model.dtype}."
+            )
+        self.mixed_precision = MixedPrecision(backend, precision, model.devices)
+        self._input_dtype = np.dtype(model.dtype)  # batches are cast to the model's dtype
+
+    def _cast(self, x: np.ndarray) -> np.ndarray:
+        """A float batch in the model's dtype (a no-op for float32 data and models)."""
+        return x.astype(self._input_dtype, copy=False) if x.dtype.kind == "f" else x
+
+    def train_step(
+        self, x: np.ndarray, y: np.ndarray, global_count: int | None = None
+    ) -> StepResult:
+        """One update from this process's part of a global batch of ``global_count``
+        samples (default: ``len(x)``, a single process)."""
+        b, model, mp = self.backend, self.model, self.mixed_precision
+        x = self._cast(x)
+        denominator = global_count or len(x)
+        self.optimizer.zero_grad()
+        losses: list[Any] = []
+        corrects: list[Any] = []
+        for lo, hi in shard_bounds(len(x), self.accumulate, what="micro-batches"):
+            xs = b.split_and_load(x[lo:hi], model.devices)
+            ys = b.split_and_load(y[lo:hi], model.devices)
+            shard_losses = []
+            with b.record(), mp.autocast():
+                for i, (xi, yi) in enumerate(zip(xs, ys, strict=True)):
+                    logits = b.forward(model, xi, replica=i, train=True)
+                    shard_losses.append(b.cross_entropy(logits, yi, "sum"))
+                    corrects.append(b.count_correct(logits, yi))
+            for loss in shard_losses:
+                b.backward(b.scale_loss(loss, denominator, mp.loss_scale))
+            losses.extend(shard_losses)
+        b.sync_gradients(model)
+        loss_sum = sum(float(b.to_numpy(v)) for v in losses)
+        correct = sum(int(b.to_numpy(c)) for c in corrects)
+        total = len(x)
+        if b.world_size > 1:  # report the global batch, as one process would
+            loss_sum, all_correct, all_total = b.allreduce_numbers([loss_sum, correct, len(x)])
+            correct, total = round(all_correct), round(all_total)
+        if not np.isfinite(loss_sum) and mp.scaler is None:
+            # no update from a non-finite loss: the weights stay the last good ones, so the
+            # trainer can find the first layer that goes non-finite on this very batch
+            return StepResult(loss_sum, correct, total, skipped=True)
+        skipped = not mp.unscale(model)
+        if not skipped:
+            self.optimizer.step()
+        return StepResult(loss_sum, correct, total, skipped)
+
+    def eval_batch(self, x: np.ndarray, y: np.ndarray) -> tuple[int, int]:
+        """(correct, samples) of one evaluation batch, split over the devices."""
+        b, model = self.backend, self.model
+        x = self._cast(x)
+        n = min(len(x), model.num_devices)
+        devices = model.devices[:n]
+        xs, ys = b.split_and_load(x, devices), b.split_and_load(y, devices)
+        with self.mixed_precision.autocast():
+            counts = [
+                b.count_correct(b.forward(model, xi, replica=i, train=False), yi)
+                for i, (xi, yi) in enumerate(zip(xs, ys, strict=True))
+            ]
+        return sum(int(b.to_numpy(c)) for c in counts), len(x)
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Eval-mode logits of replica 0 as numpy."""
+        b = self.backend
+        x = self._cast(x)
+        return b.to_numpy(b.forward(self.model, b.to_tensor(x, self.model.devices[0])))

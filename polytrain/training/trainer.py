@@ -1,0 +1,466 @@
+"""The recipe loop: data, model, optimizer and events, using only Backend calls.
+
+``train(recipe, backend="torch")`` trains, evaluates every epoch, calls the
+training-event hooks (progress bar, JSON-lines metrics, user plugins) and returns a
+:class:`~polytrain.plugins.records.Summary`. No framework code lives here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from polytrain.backend.base import Backend, BackendOptions
+from polytrain.backend.precision import param_dtype
+from polytrain.data import ArrayDataset, BatchLoader, load_dataset
+from polytrain.distributed.cluster import ClusterInfo
+from polytrain.distributed.cluster import resolve as resolve_cluster
+from polytrain.distributed.watchdog import Watchdog
+from polytrain.errors import CheckpointError, ConfigError, NonFiniteLossError, PolytrainError
+from polytrain.io.checkpoint import Checkpoint, CheckpointManager, find_checkpoint, load_checkpoint
+from polytrain.neutral.models import ModelSpec, get_model_spec
+from polytrain.neutral.sharding import share_bounds
+from polytrain.plugins.records import EpochRecord, RunInfo, StepRecord, Summary
+from polytrain.plugins.registry import get_backend, make_plugin_manager
+from polytrain.training.builtin_plugins import JsonlLogger, ProgressBar
+from polytrain.training.curves import CurvesPlot, TensorBoardLogger
+from polytrain.training.inspection import first_nonfinite, inspect_record, parse_steps
+from polytrain.training.pipeline import pipeline_backend
+from polytrain.training.recipe import Recipe
+from polytrain.training.step import StepResult, StepRunner
+from polytrain.utils.threads import resolve_threads
+
+METRICS_FILE = "metrics.jsonl"
+CURVES_FILE = "curves.png"
+
+
+@dataclass
+class Datasets:
+    train: ArrayDataset
+    test: ArrayDataset | None
+    val: ArrayDataset | None = None
+
+
+def load_datasets(recipe: Recipe) -> Datasets:
+    """Train/test (and validation) datasets of a recipe, cut to its sample limits."""
+    train = load_dataset(recipe.dataset, "train", data_dir=recipe.data_dir)
+    test = load_dataset(recipe.dataset, "test", data_dir=recipe.data_dir)
+    val = None
+    if recipe.val_split:
+        train, val = train.split(recipe.val_split, seed=recipe.seed)
+    if recipe.train_samples:
+        train = train.subset(min(recipe.train_samples, len(train)))
+    if recipe.test_samples:
+        test = test.subset(min(recipe.test_samples, len(test)))
+    return Datasets(train, test, val)
+
+
+class Trainer:
+    """One training run of a recipe on one backend."""
+
+    def __init__(
+        self,
+        recipe: Recipe,
+        backend: Backend | str | None = None,
+        *,
+        out_dir: str | Path | None = None,
+        plugins: Iterable[object] = (),
+        progress: bool | None = None,
+        datasets: Datasets | None = None,
+        threads: int | None = None,
+        cluster_info: ClusterInfo | None = None,
+        timeout: float = 120.0,
+        resume: str | Path | None = None,
+        checkpoint_every: int | None = None,
+        keep_checkpoints: int = 2,
+        tensorboard: str | Path | None = None,
+        fast: bool | None = None,
+        inspect: str | None = None,
+    ) -> None:
+        self.recipe = recipe
+        self.cluster = cluster_info or resolve_cluster()
+        if not isinstance(backend, Backend):
+            if threads is not None or self.cluster.local_world_size > 1:
+                threads = resolve_threads(threads, self.cluster.local_world_size)
+            # else None: the backend's own default (polytrain.utils.threads, docs/performance.md)
+            options = BackendOptions(threads=threads, fast=fast, precision=recipe.precision)
+            backend = get_backend(backend, options=options)
+        if recipe.pipeline_split:  # models become two stages on devices[0] and devices[1]
+            backend = pipeline_backend(backend, recipe.pipeline_split)
+        self.backend = backend
+        self.out_dir = Path(out_dir) if out_dir else None
+        self.spec: ModelSpec = get_model_spec(recipe.model)
+        self.data = datasets or load_datasets(recipe)
+        self.pm = make_plugin_manager()  # hooks run on every rank; plugins check run.is_main
+        self.pm.register(ProgressBar(progress), name="polytrain.progress")
+        if self.out_dir is not None:
+            self.pm.register(JsonlLogger(self.out_dir / METRICS_FILE), name="polytrain.metrics")
+            self.pm.register(
+                CurvesPlot(self.out_dir / CURVES_FILE), name="polytrain.training.curves"
+            )
+        if tensorboard is not None:
+            self.pm.register(TensorBoardLogger(tensorboard), name="polytrain.tensorboard")
+        for plugin in plugins:
+            self.pm.register(plugin)
+
+        b = self.backend
+        self.devices = b.devices(recipe.devices)
+        self.timeout = timeout
+        self.watchdog: Watchdog | None = None
+        if self.cluster.is_distributed:
+            b.init_distributed(self.cluster, self.devices, timeout)
+        try:  # a rank that fails after joining must leave, or its peers wait for it
+            self.model = b.build_model(self.spec, self.devices, dtype=param_dtype(recipe.precision))
+            b.set_params(self.model, self.spec.init_params(recipe.seed))
+            b.seed(recipe.seed)
+            self.optimizer = b.make_optimizer(self.model, recipe.optimizer_config())
+            self.runner = StepRunner(
+                b,
+                self.model,
+                self.optimizer,
+                accumulate=recipe.accumulate,
+                precision=recipe.precision,
+            )
+            self.loader = BatchLoader(
+                self.data.train,
+                recipe.batch_size,
+                seed=recipe.seed,
+                drop_last=recipe.drop_last,
+                rank=b.rank,
+                world_size=b.world_size,
+                prefetch=2,
+            )
+            self.epoch = 0
+            self.global_step = 0
+            self.history: list[EpochRecord] = []
+            self.partial = EpochProgress()
+            self.checkpoint_every = checkpoint_every
+            self.inspect_step = parse_steps(inspect)
+            self.checkpoints: CheckpointManager | None = None
+            if self.out_dir is not None and b.rank == 0:
+                self.checkpoints = CheckpointManager(self.out_dir, keep=keep_checkpoints)
+            self.last_checkpoint: Path | None = None
+            self._stop_signal: int | None = None
+            if resume is not None:
+                self.restore(load_checkpoint(find_checkpoint(resume), spec=self.spec))
+        except BaseException:
+            b.shutdown_distributed()
+            raise
+
+    # -- run --------------------------------------------------------------------------------
+
+    def run_info(self) -> RunInfo:
+        r, b = self.recipe, self.backend
+        steps = len(self.loader) if r.max_steps is None else min(r.max_steps, len(self.loader))
+        per_device = -(-r.batch_size // (b.world_size * self.model.num_devices * r.accumulate))
+        return RunInfo(
+            backend=b.name,
+            framework_version=b.version(),
+            model=r.model,
+            dataset=r.dataset,
+            devices=[b.device_name(d) for d in self.devices],
+            epochs=r.epochs,
+            steps_per_epoch=steps,
+            global_batch=r.batch_size,
+            per_device_batch=per_device,
+            rank=b.rank,
+            world_size=b.world_size,
+            threads=b.threads(),
+            fast=b.fast,
+            recipe=r.to_dict(),
+            out_dir=str(self.out_dir) if self.out_dir else None,
+            start_epoch=self.epoch,
+        )
+
+    def fit(self) -> Summary:
+        """Train the remaining epochs of the recipe; evaluate after each.
+
+        SIGINT/SIGTERM stop the run at the next step boundary with a checkpoint saved
+        (when there is an output directory); the summary then says ``interrupted``."""
+        if self.backend.world_size > 1:
+            self.watchdog = Watchdog(self.timeout).start()
+        try:
+            with self._stop_on_signals():
+                return self._fit()
+        finally:
+            if self.watchdog is not None:
+                self.watchdog.stop()
+            self.backend.shutdown_distributed()
+
+    @contextlib.contextmanager
+    def _stop_on_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def request_stop(signum: int, _frame: object) -> None:
+            self._stop_signal = signum
+            for sig in STOP_SIGNALS:  # a second signal acts at once
+                signal.signal(sig, previous[sig])
+
+        previous = {sig: signal.signal(sig, request_stop) for sig in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _progress(self, where: str) -> None:
+        if self.watchdog is not None:
+            self.watchdog.feed(where)
+
+    def _fit(self) -> Summary:
+        run = self.run_info()
+        hook = self.pm.hook
+        hook.polytrain_train_start(run=run)
+        start = time.perf_counter()
+        stop_reason = "completed"
+        try:
+            while self.epoch < self.recipe.epochs:
+                record = self.train_epoch(run)
+                if record is None:
+                    stop_reason = f"interrupted by {signal.Signals(self._stop_signal or 2).name}"
+                    break
+                self.history.append(record)
+                self.epoch += 1
+                self.partial = EpochProgress()
+                self.save_checkpoint()
+                hook.polytrain_epoch_end(run=run, epoch=record)
+        except BaseException as exc:
+            stop_reason = f"failed: {type(exc).__name__}"
+            raise
+        finally:
+            summary = Summary(
+                epochs=list(self.history),
+                seconds=time.perf_counter() - start,
+                interrupted=stop_reason.startswith("interrupted"),
+                checkpoint=str(self.last_checkpoint) if self.last_checkpoint else None,
+                final_step=self.global_step,
+                stop_reason=stop_reason,
+                peak_rss_mb=peak_rss_mb(),
+            )
+            hook.polytrain_train_end(run=run, summary=summary)
+        return summary
+
+    def train_epoch(self, run: RunInfo) -> EpochRecord | None:
+        """Train (the rest of) the current epoch and evaluate; None if a signal stopped it."""
+        b, r, p = self.backend, self.recipe, self.partial
+        sizes = self.loader.global_batch_sizes(self.epoch)
+        hook = self.pm.hook
+        b.synchronize()
+        t0 = time.perf_counter()
+        with self.loader.epoch(self.epoch, start_step=p.step) as batches:
+            for step, (x, y) in enumerate(batches, start=p.step):
+                if r.max_steps is not None and step >= r.max_steps:
+                    break
+                inspecting = self.inspect_step is not None and self.inspect_step(
+                    self.global_step + 1
+                )
+                outputs = self._layer_outputs(x) if inspecting else []
+                self.optimizer.set_lr(r.lr_at(self.global_step))  # backends apply changes only
+                result = self.runner.train_step(x, y, global_count=sizes[step])
+                loss = result.loss_sum / result.samples
+                if not np.isfinite(loss) and self.runner.mixed_precision.scaler is None:
+                    self._non_finite(loss, step, x)
+                self._progress(f"epoch {self.epoch + 1} step {step + 1}")
+                p.add(result)
+                self.global_step += 1
+                grad_norm = b.grad_norm(self.model) if r.grad_norm else None
+                extra = self.runner.mixed_precision.step_extra(result.skipped)
+                if inspecting:  # gradients of this step are still in place
+                    extra["inspect"] = inspect_record(outputs, b.gradients(self.model))
+                hook.polytrain_step_end(
+                    run=run,
+                    step=StepRecord(
+                        epoch=self.epoch,
+                        step=step,
+                        global_step=self.global_step,
+                        loss=loss,
+                        lr=self.optimizer.lr,
+                        samples=result.samples,
+                        grad_norm=grad_norm,
+                        extra=extra,
+                    ),
+                )
+                if self._stop_signal is not None:
+                    p.seconds += time.perf_counter() - t0
+                    self.save_checkpoint()
+                    return None
+                if self.checkpoint_every and self.global_step % self.checkpoint_every == 0:
+                    self.save_checkpoint()
+        b.synchronize()
+        p.seconds += time.perf_counter() - t0
+        test_acc = self.evaluate(self.data.test) if self.data.test is not None else None
+        val_acc = self.evaluate(self.data.val) if self.data.val is not None else None
+        return EpochRecord(
+            epoch=self.epoch,
+            train_loss=p.loss_sum / max(p.seen, 1),
+            train_accuracy=p.correct / max(p.seen, 1),
+            test_accuracy=test_acc,
+            val_accuracy=val_acc,
+            seconds=p.seconds,
+            samples_per_second=p.seen / p.seconds if p.seconds else 0.0,
+            steps=p.step,
+        )
+
+    def _non_finite(self, loss: float, step: int, x: np.ndarray) -> None:
+        """Stop with the step and the first layer whose output is non-finite on this batch
+        (the weights were not updated by it); the last good checkpoint is kept."""
+        try:
+            layer = first_nonfinite(self._layer_outputs(x))
+        except PolytrainError:  # a backend without per-layer outputs
+            layer = None
+        where = (
+            f"The first layer whose output is NaN/Inf on this batch is {layer!r}."
+            if layer
+            else "Every layer's output is finite on this batch: the loss itself overflowed."
+        )
+        kept = (
+            f" The last good checkpoint is {self.last_checkpoint}." if self.last_checkpoint else ""
+        )
+        raise NonFiniteLossError(
+            f"The loss became {loss} at epoch {self.epoch + 1}, step {step + 1} (global step "
+            f"{self.global_step + 1}); the update was not applied. {where} Lower --lr, add "
+            f"--weight-decay, or check the data.{kept}"
+        )
+
+    def _layer_outputs(self, x: np.ndarray) -> list[tuple[str, np.ndarray]]:
+        """Per-layer outputs of replica 0 for this process's batch (eval mode, the weights
+        before the step)."""
+        b = self.backend
+        return b.layer_outputs(self.model, b.to_tensor(x, self.devices[0]))
+
+    # -- checkpoints ------------------------------------------------------------------------
+
+    def save_checkpoint(self) -> Path | None:
+        """Save the whole training state (rank 0, when there is an output directory)."""
+        if self.checkpoints is None:
+            return None
+        b = self.backend
+        self.last_checkpoint = self.checkpoints.save(
+            params=b.get_params(self.model),
+            optimizer_state=self.optimizer.state_dict(),
+            spec=self.spec,
+            model_name=self.spec.name,
+            backend=b.name,
+            framework_version=b.version(),
+            position={
+                "epoch": self.epoch,
+                "step": self.partial.step,
+                "global_step": self.global_step,
+            },
+            seed=self.recipe.seed,
+            recipe=self.recipe.to_dict(),
+            scaler=self.runner.mixed_precision.state_dict(),
+            history=[e.to_dict() for e in self.history],
+            extra={
+                "partial_epoch": asdict(self.partial),
+                "world_size": b.world_size,
+                "devices": [b.device_name(d) for d in self.devices],
+            },
+            param_dtype=self.model.dtype,
+        )
+        return self.last_checkpoint
+
+    def restore(self, checkpoint: Checkpoint) -> None:
+        """Continue from a checkpoint written by any backend, on any device count."""
+        check_resumable(checkpoint.recipe or {}, self.recipe)
+        b = self.backend
+        b.set_params(self.model, checkpoint.params)
+        if checkpoint.optimizer_state is not None:
+            self.optimizer.load_state_dict(checkpoint.optimizer_state)
+        self.runner.mixed_precision.load_state_dict(checkpoint.scaler)
+        pos = checkpoint.position
+        self.epoch, self.global_step = int(pos["epoch"]), int(pos["global_step"])
+        extra = checkpoint.manifest.get("extra") or {}
+        try:
+            self.partial = EpochProgress(**extra.get("partial_epoch", {"step": int(pos["step"])}))
+            self.history = [EpochRecord(**h) for h in checkpoint.history or []]
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(
+                f"{checkpoint.path}: the training position or history in its manifest is "
+                f"malformed ({exc}); use an earlier checkpoint."
+            ) from exc
+        self.last_checkpoint = checkpoint.path
+
+    def evaluate(self, dataset: ArrayDataset, batch_size: int = 1000) -> float:
+        """Accuracy over every sample of ``dataset``: each process takes a contiguous
+        share, correct counts and sample counts are summed (no padding, no duplicates)."""
+        b = self.backend
+        n = len(dataset)
+        lo, hi = share_bounds(n, b.world_size, b.rank)
+        x, y = dataset.x, dataset.y
+        correct = total = 0
+        for start in range(lo, hi, batch_size):
+            stop = min(start + batch_size, hi)
+            c, m = self.runner.eval_batch(x[start:stop], y[start:stop])
+            self._progress(f"evaluation of epoch {self.epoch + 1}")
+            correct += c
+            total += m
+        all_correct, all_total = b.allreduce_numbers([correct, total])
+        return all_correct / all_total if all_total else float("nan")
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Changing these would change the sample order or the model: a resumed run must keep them.
+RESUME_INVARIANTS = ("model", "dataset", "batch_size", "seed", "optimizer", "train_samples",
+                     "val_split", "drop_last")  # fmt: skip
+
+
+@dataclass
+class EpochProgress:
+    """Sums of the epoch so far: what a mid-epoch checkpoint must carry."""
+
+    step: int = 0
+    loss_sum: float = 0.0
+    correct: int = 0
+    seen: int = 0
+    seconds: float = 0.0
+
+    def add(self, result: StepResult) -> None:
+        self.step += 1
+        if not np.isfinite(result.loss_sum):  # an fp16 step the scaler skipped
+            return
+        self.loss_sum += result.loss_sum
+        self.correct += result.correct
+        self.seen += result.samples
+
+
+def check_resumable(saved: dict[str, Any], recipe: Recipe) -> None:
+    """A checkpoint's recipe must agree with the new one where that changes the numbers."""
+    changed = [
+        f"{k}: checkpoint {saved[k]!r}, now {getattr(recipe, k)!r}"
+        for k in RESUME_INVARIANTS
+        if k in saved and saved[k] != getattr(recipe, k)
+    ]
+    if changed:
+        raise ConfigError(
+            "Cannot resume with a different recipe (" + "; ".join(changed) + "). Keep these "
+            "values (the checkpoint's recipe is the default on --resume), or start a new run."
+        )
+
+
+def peak_rss_mb() -> float | None:
+    """Peak resident memory of this process in MiB (Linux/macOS), else None."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1024 if sys.platform != "darwin" else peak / 2**20
+
+
+def train(
+    recipe: Recipe | None = None, backend: Backend | str | None = None, **kwargs: Any
+) -> Summary:
+    """Train ``recipe`` (default: the documented LeNet/Fashion-MNIST recipe) on ``backend``."""
+    return Trainer(recipe or Recipe(), backend, **kwargs).fit()
