@@ -1,10 +1,10 @@
 """What every benchmark shares: the workload, its data and batch order, the clock, FLOP
 counting, a matmul peak probe and the statistics.
 
-The native loops and the polytrain run train the same LeNet from the same numpy
-weights (``spec.init_params(seed)``) on the same batches in the same order (contract 9:
-``default_rng([seed, epoch]).permutation(N)``), so their losses agree as well as
-their work: each measurement reports its last loss and the harness checks them.
+The native loops and the polytrain run train the same LeNet from the same numpy weights
+(``spec.init_params(seed)``) on the same batches in the same order (contract 9 in
+docs/architecture.md: ``default_rng([seed, epoch]).permutation(N)``), so their losses agree
+as well as their work: each measurement reports its last loss and the harness checks them.
 """
 
 from __future__ import annotations

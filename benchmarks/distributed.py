@@ -8,7 +8,7 @@ For each backend, LeNet trains on a global batch of 256 random samples, once as 
 process and once as two processes on loopback started by ``polytrain launch`` (the
 framework's own engine: torchrun + gloo, paddle.distributed.launch + gloo, MXNet's
 ps-lite ``dist_sync`` with one server), each process taking its contiguous half of
-every global batch (contract 9), one thread per process.
+every global batch (contract 9 in docs/architecture.md), one thread per process.
 
 A throughput pass times whole steps on rank 0 (samples/s of the global batch); a
 second, instrumented pass times ``Backend.sync_gradients`` (the cross-process gradient
@@ -56,11 +56,12 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     from polytrain import OptimizerConfig, get_backend, get_model_spec
     from polytrain.distributed.cluster import resolve
     from polytrain.neutral.sharding import shard_bounds
+    from polytrain.plugins.registry import cluster_environments
     from polytrain.training.step import StepRunner
 
     backend = get_backend(name, threads=1)
     devices = backend.devices("cpu")
-    backend.init_distributed(resolve(), devices, timeout=120)
+    backend.init_distributed(resolve(environments=cluster_environments()), devices, timeout=120)
     spec = get_model_spec("lenet")
     rng = np.random.default_rng(0)
     x = rng.random((args.batch_size, *spec.input_shape), dtype=np.float32)
@@ -113,7 +114,7 @@ def _worker_command(name: str, result: Path, args: argparse.Namespace) -> list[s
 
 def run(name: str, processes: int, args: argparse.Namespace) -> dict[str, Any]:
     """One measurement: a plain process, or ``polytrain launch`` with 2 processes."""
-    from polytrain.distributed.launch import free_port
+    from polytrain.distributed.network import free_port
 
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "POLYTRAIN_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": path}

@@ -112,7 +112,7 @@ def worker(name: str, work_dict: dict[str, Any], repeats: int) -> int:
     from .common import Workload
 
     work = Workload(**work_dict)
-    if work.threads is not None:  # before any framework import (DESIGN.md: threads)
+    if work.threads is not None:  # before any framework import (docs/architecture.md: traps)
         export_thread_env(work.threads)
     import importlib
 

@@ -38,6 +38,7 @@ from polytrain import Backend, OptimizerConfig, get_backend, get_model_spec
 from polytrain.data import BatchLoader, load_dataset
 from polytrain.distributed.cluster import resolve
 from polytrain.neutral.optim import OPTIMIZERS
+from polytrain.plugins.registry import cluster_environments
 from polytrain.training.step import StepRunner
 
 
@@ -56,7 +57,8 @@ def main(argv: list[str] | None = None) -> list[float]:
     p.add_argument("--timeout", type=float, default=120.0, help="seconds a peer may be late")
     args = p.parse_args(argv)
 
-    info = resolve()  # who am I: torchrun / paddle launch / DMLC variables (Env().dev_id)
+    # who am I: the variables of the backends' launchers, SLURM or MPI (Env().dev_id)
+    info = resolve(environments=cluster_environments())
     backend = get_backend(args.backend, threads=1 if info.world_size > 1 else None)
     device = "cpu" if not backend.gpu_count() else f"gpu:{info.local_rank}"  # CUDAPlace(dev_id)
     devices = backend.devices(device)

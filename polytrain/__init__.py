@@ -6,6 +6,9 @@ entry-point group and import their framework only when built.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from polytrain._version import __version__
 from polytrain.backend.base import Backend, BackendOptions, Model
 from polytrain.errors import (
     BackendError,
@@ -26,7 +29,28 @@ from polytrain.plugins.registry import (
     registered_backends,
 )
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    from polytrain.training.recipe import Recipe
+    from polytrain.training.step import StepRunner
+    from polytrain.training.trainer import Trainer
+
+
+# The training layer loads on first use: `polytrain backends` stays fast, and the layers
+# below never import it through this package.
+_LAZY = {
+    "Recipe": "polytrain.training.recipe",
+    "StepRunner": "polytrain.training.step",
+    "Trainer": "polytrain.training.trainer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'polytrain' has no attribute {name!r}")
+
 
 __all__ = [
     "Backend",
@@ -42,6 +66,9 @@ __all__ = [
     "NonFiniteLossError",
     "OptimizerConfig",
     "PolytrainError",
+    "Recipe",
+    "StepRunner",
+    "Trainer",
     "__version__",
     "get_backend",
     "get_model_spec",

@@ -18,6 +18,16 @@ _LAUNCHER_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROU
                    "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME")  # fmt: skip
 
 
+def launchable_backends() -> list[str]:
+    """The backends under test whose plugin's launcher starts several processes (the
+    numpy backend's says it runs in one)."""
+    from polytrain.plugins.registry import registered_launchers
+    from polytrain.testing import backends_under_test
+
+    launchers = registered_launchers()
+    return [b for b in backends_under_test() if b in launchers and not launchers[b].unsupported]
+
+
 def clean_env() -> dict[str, str]:
     """This process's environment without launcher variables; one thread per process."""
     env = {

@@ -1,21 +1,28 @@
-"""polytrain.distributed.cluster: every launcher's variables, their precedence, and every error."""
+"""polytrain.distributed.cluster: every launcher's variables, their precedence, and every error.
+
+The engines' own launchers' environments come from the installed backend plugins
+(``cluster_environments()``), exactly as ``polytrain train`` and ``polytrain env`` get them.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 
 import pytest
 
-from polytrain.distributed.cluster import (
-    ENVIRONMENTS,
-    ClusterInfo,
-    expand_hostlist,
-    explain,
-    resolve,
-)
+from polytrain.distributed import cluster
+from polytrain.distributed.cluster import ClusterInfo, expand_hostlist, explain, precedence
 from polytrain.errors import ClusterError
+from polytrain.plugins.registry import cluster_environments
+
+ENVIRONMENTS = cluster_environments()
+
+
+def resolve(env: Mapping[str, str] | None = None) -> ClusterInfo:
+    return cluster.resolve(env, environments=ENVIRONMENTS)
 
 
 def topology(info: ClusterInfo) -> tuple[object, ...]:
@@ -86,8 +93,14 @@ PMI = {
 
 
 def test_order_of_environments() -> None:
-    names = tuple(e.name for e in ENVIRONMENTS)
+    names = tuple(e.name for e in precedence(ENVIRONMENTS))
     assert names == ("torchrun", "paddle", "dmlc", "slurm", "openmpi", "pmi", "single")
+
+
+def test_without_the_launchers_environments_their_variables_are_not_read() -> None:
+    info = cluster.resolve(TORCHRUN, environments=())
+    assert info.source == "single"
+    assert not any("torchrun" in reason for reason in info.reasons)
 
 
 # --- each source -------------------------------------------------------------------------

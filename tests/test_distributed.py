@@ -24,6 +24,7 @@ from launch_helpers import (
     POLYTRAIN,
     clean_env,
     launch_command,
+    launchable_backends,
     load_npz,
     log_text,
     max_param_diff,
@@ -31,18 +32,16 @@ from launch_helpers import (
     reference_params,
     steps_command,
 )
+from polytrain_paddle._launcher import PaddleLauncher
+from polytrain_torch._launcher import TorchrunLauncher
 
 from polytrain.distributed.cluster import resolve
-from polytrain.distributed.launch import (
-    LaunchSpec,
-    free_port,
-    interface_of,
-    paddle_command,
-    torchrun_command,
-)
+from polytrain.distributed.launcher import LaunchSpec
+from polytrain.distributed.network import free_port, interface_of
 from polytrain.distributed.worker_log import read_statuses
 from polytrain.errors import ClusterError
 from polytrain.io.checkpoint import CheckpointManager, load_checkpoint
+from polytrain.plugins.registry import cluster_environments
 from polytrain.testing import backends_under_test
 
 pytestmark = pytest.mark.slow
@@ -51,7 +50,7 @@ PARITY_ATOL = 1e-6
 KILL_BOUND_SECONDS = 60.0
 
 
-@pytest.fixture(scope="module", params=backends_under_test())
+@pytest.fixture(scope="module", params=launchable_backends())
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -325,14 +324,17 @@ def test_launch_needs_a_command(tmp_path: Path) -> None:
 def test_engine_commands(tmp_path: Path) -> None:
     spec = LaunchSpec("paddle", ["polytrain", "train"], nproc_per_node=2, nnodes=2, node_rank=1,
                       master="10.0.0.1:6170", log_dir="logs")  # fmt: skip
-    paddle = paddle_command(spec, tmp_path, host="10.0.0.2")
-    assert "--devices" not in paddle  # fails on CPU (DESIGN.md)
+    paddle = PaddleLauncher().command(spec, tmp_path, "10.0.0.2")
+    assert "--devices" not in paddle  # Paddle's launcher fails with it on CPU
     assert paddle[paddle.index("--max_restart") + 1] == "0"  # a dead worker fails the job
     assert paddle[paddle.index("--host") + 1] == "10.0.0.2"
     assert paddle[paddle.index("--master") + 1] == "10.0.0.1:6170"
-    torch = torchrun_command(LaunchSpec("torch", ["x.py"], nproc_per_node=2), tmp_path)
+    assert paddle[paddle.index("--rank-var") + 1] == "PADDLE_TRAINER_ID"  # for worker_log
+    torch = TorchrunLauncher().command(LaunchSpec("torch", ["x.py"], nproc_per_node=2), tmp_path,
+                                       "127.0.0.1")  # fmt: skip
     assert torch[torch.index("--max-restarts") + 1] == "0"
     assert "polytrain.distributed.worker_log" in torch and "--status-dir" in torch
+    assert torch[torch.index("--rank-var") + 1] == "RANK"
 
 
 def test_loopback_interface() -> None:
@@ -343,17 +345,20 @@ def test_loopback_interface() -> None:
 def test_a_job_of_another_size_than_launched_is_an_error() -> None:
     env = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "29500",
            "POLYTRAIN_LAUNCH_WORLD_SIZE": "3"}  # fmt: skip
+    environments = cluster_environments()
     with pytest.raises(ClusterError, match=r"Mismatched world sizes.*asked for 3.*of 2"):
-        resolve(env)
-    assert resolve({**env, "POLYTRAIN_LAUNCH_WORLD_SIZE": "2"}).world_size == 2
+        resolve(env, environments=environments)
+    same = {**env, "POLYTRAIN_LAUNCH_WORLD_SIZE": "2"}
+    assert resolve(same, environments=environments).world_size == 2
 
 
 @pytest.mark.parametrize("code", ["raise SystemExit(3)", "import os; os.kill(os.getpid(), 9)"])
 def test_worker_wrapper_records_how_the_worker_ended(code: str, tmp_path: Path) -> None:
     env = {**clean_env(), "RANK": "4"}
     python = POLYTRAIN[0]
-    wrapped = [python, "-m", "polytrain.distributed.worker_log", "--status-dir", str(tmp_path),
-               "--log-dir", str(tmp_path), "--", python, "-c", f"print('hi'); {code}"]  # fmt: skip
+    wrapped = [python, "-m", "polytrain.distributed.worker_log", "--rank-var", "RANK",
+               "--status-dir", str(tmp_path), "--log-dir", str(tmp_path),
+               "--", python, "-c", f"print('hi'); {code}"]  # fmt: skip
     proc = subprocess.run(wrapped, env=env, capture_output=True, text=True, check=False)
     expected = 3 if "SystemExit" in code else -9
     assert proc.returncode == expected  # the wrapper ends as its worker did

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gzip
 import json
 import shutil
@@ -24,10 +25,12 @@ from hypothesis import strategies as st
 from polytrain.backend.base import parse_devices
 from polytrain.cli.main import build_parser, main, recipe_from_args
 from polytrain.data.idx import encode_idx, parse_idx
-from polytrain.distributed.launch import LaunchSpec
+from polytrain.distributed.launcher import LaunchSpec
 from polytrain.errors import PolytrainError
 from polytrain.io.checkpoint import load_checkpoint, save_checkpoint
+from polytrain.io.native import read_native, write_native
 from polytrain.neutral.models import get_model_spec
+from polytrain.plugins.registry import registered_formats
 
 SUPPRESS = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 
@@ -147,6 +150,75 @@ def test_checkpoint_writer_fuzz(params) -> None:  # type: ignore[no-untyped-def]
             load_checkpoint(path)
         leftovers = [p.name for p in Path(tmp).iterdir() if p.name != "ck"]
         assert leftovers == []
+
+
+# -- native weight files -------------------------------------------------------------------
+
+FORMATS = registered_formats()
+NATIVE_TENSORS = {
+    "conv.weight": np.arange(24, dtype=np.float32).reshape(2, 3, 2, 2),
+    "bn.running_var": np.ones(3, np.float64),
+    "fc.weight": np.arange(6, dtype=np.int64).reshape(2, 3),
+}
+
+
+@functools.cache
+def valid_native(name: str) -> bytes:
+    """A small file of format ``name`` (empty when writing it needs a missing framework)."""
+    try:
+        return FORMATS[name].encode(NATIVE_TENSORS)
+    except ImportError:
+        return b""
+
+
+@st.composite
+def mutated_native(draw: st.DrawFn) -> bytes:
+    data = bytearray(valid_native(draw(st.sampled_from(sorted(FORMATS)))))
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["flip", "truncate", "append", "splice"]))
+        if kind == "flip" and data:
+            data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
+        elif kind == "truncate":
+            del data[draw(st.integers(0, len(data))) :]
+        elif kind == "append":
+            data += draw(st.binary(max_size=16))
+        elif data:
+            i = draw(st.integers(0, len(data) - 1))
+            data[i : i + 8] = draw(st.binary(min_size=8, max_size=8))
+    return bytes(data)
+
+
+@settings(suppress_health_check=SUPPRESS)
+@given(st.one_of(mutated_native(), st.binary(max_size=64)))
+def test_native_reader_fuzz(data: bytes) -> None:
+    """Every registered format's reader: arrays or one CheckpointError, never another error,
+    never an array bigger than the file could hold."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "weights"
+        path.write_bytes(data)
+        try:
+            _, tensors = read_native(path)
+        except PolytrainError:
+            return
+        assert all(isinstance(v, np.ndarray) for v in tensors.values())
+        assert sum(v.nbytes for v in tensors.values()) <= max(len(data), 1) * 8
+
+
+@settings(suppress_health_check=SUPPRESS)
+@given(st.dictionaries(st.text(max_size=6), ARRAYS, max_size=4), st.sampled_from(sorted(FORMATS)))
+def test_native_writer_fuzz(tensors, name: str) -> None:  # type: ignore[no-untyped-def]
+    """Writing is atomic and what is written reads back, or nothing is written."""
+    assume(valid_native(name))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"w{FORMATS[name].suffix}"
+        try:
+            write_native(path, name, tensors)
+        except PolytrainError:
+            assert not path.exists()
+        else:
+            fmt, back = read_native(path)
+            assert fmt == name and set(back) <= set(tensors)
+        assert [p.name for p in Path(tmp).iterdir() if p != path] == []
 
 
 # -- command lines --------------------------------------------------------------------------

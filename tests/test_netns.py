@@ -25,14 +25,13 @@ from launch_helpers import (
     POLYTRAIN,
     clean_env,
     launch_command,
+    launchable_backends,
     load_npz,
     log_text,
     max_param_diff,
     reference_params,
     steps_command,
 )
-
-from polytrain.testing import backends_under_test
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns]
 
@@ -115,7 +114,7 @@ def pair() -> Iterator[Pair]:
             _ip("link", "delete", links[0])
 
 
-@pytest.fixture(scope="module", params=backends_under_test())
+@pytest.fixture(scope="module", params=launchable_backends())
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -155,7 +154,7 @@ def test_two_namespaces_equal_one_process_on_the_full_batch(
 def test_the_link_is_the_only_way_between_the_nodes(pair: Pair) -> None:
     """The namespaces see each other only over the veth pair (not the host's network)."""
     env = clean_env()
-    code = "from polytrain.distributed.launch import interface_of; print(interface_of('{}'))"
+    code = "from polytrain.distributed.network import interface_of; print(interface_of('{}'))"
     for node in (0, 1):
         proc = subprocess.run(
             [*pair.exec_prefix(node), *POLYTRAIN[:1], "-c", code.format(pair.addresses[node])],

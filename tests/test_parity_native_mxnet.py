@@ -129,10 +129,12 @@ def test_two_contexts_equal_one_on_the_full_batch() -> None:
         x, y = batch(spec, 24, seed=i)
         a, b = one.train_step(x, y), two.train_step(x, y)
         assert abs(a.loss_sum - b.loss_sum) < 1e-4 and a.correct == b.correct
+    from polytrain_mxnet._model import MXNetModel
+
     want = backend.get_params(one.model)
     for replica in range(2):  # every context's copy took the same update
         ctx = two.model.devices[replica]
-        for name, p in two.model.private["params"].items():
+        for name, p in MXNetModel.of(two.model).params.items():
             np.testing.assert_allclose(p.data(ctx).asnumpy(), want[name], atol=1e-6, err_msg=name)
 
 

@@ -1,6 +1,6 @@
-"""Mixed precision (contract 5): the loss scaler's rules, what each backend supports here
-and the errors where it cannot, bf16/fp16 steps against fp32, unscaling, skipped steps,
-and the scaler's state through a checkpoint."""
+"""Mixed precision (contract 5 in docs/architecture.md): the loss scaler's rules, what each
+backend supports here and the errors where it cannot, bf16/fp16 steps against fp32,
+unscaling, skipped steps, and the scaler's state through a checkpoint."""
 
 from __future__ import annotations
 
@@ -27,18 +27,21 @@ from polytrain.training.recipe import Recipe
 from polytrain.training.step import StepRunner
 from polytrain.training.trainer import Datasets, Trainer
 
-# What each framework can do on a CPU, measured on this project's machine (DESIGN.md:
-# "Mixed precision on CPU"): torch autocasts both; Paddle's auto_cast does nothing on a
-# CPU; MXNet's amp does bf16 but has no CPU float16 gemm.
+# What each framework can do on a CPU, measured on this project's machine
+# (docs/architecture.md, traps: "Mixed precision on CPU"): torch autocasts both; Paddle's
+# auto_cast does nothing on a CPU; MXNet's amp does bf16 but has no CPU float16 gemm.
 CPU_SUPPORT = {
     "torch": {"bf16": True, "fp16": True},
     "paddle": {"bf16": False, "fp16": False},
     "mxnet": {"bf16": True, "fp16": False},
+    "numpy": {"bf16": False, "fp16": False},  # float32/float64 only, anywhere
 }
 CPU_REASON = {
     ("paddle", "bf16"): "auto_cast does nothing",
     ("paddle", "fp16"): "auto_cast",
     ("mxnet", "fp16"): "FP16 gemm",
+    ("numpy", "bf16"): "no bfloat16",
+    ("numpy", "fp16"): "float32 or float64 only",
 }
 
 

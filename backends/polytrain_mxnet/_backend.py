@@ -14,23 +14,29 @@ import os
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
-from polytrain.backend.base import Backend, Device, Model, Tensor, check_params
+from polytrain.backend.base import Backend, Device, Model, Tensor
+from polytrain.backend.collectives import check_reduce_op
+from polytrain.backend.devices import DeviceSeq
 from polytrain.backend.functional import FunctionalOps
-from polytrain.backend.precision import PRECISIONS, PrecisionSupport, check_dtype
+from polytrain.backend.mismatch import check_params
+from polytrain.backend.model import build_inputs
+from polytrain.backend.precision import PRECISIONS, PrecisionSupport
+from polytrain.distributed.cluster import ClusterInfo
 from polytrain.errors import BackendError, CheckpointError, ClusterError
 from polytrain.neutral.models import ModelSpec
 from polytrain.neutral.optim import Optimizer, OptimizerConfig
 from polytrain.utils.fileio import atomic_path
 from polytrain.utils.threads import cpu_count
 
-from . import _inspect, _precision
-from ._layers import build, hybridize
+from . import _devices, _inspect, _parallel, _precision
+from ._layers import build, canonical, hybridize
+from ._model import MXNetModel
 from ._optim import MXNetOptimizer
 from ._parallel import DistSync
 
@@ -46,14 +52,6 @@ def _engine_omp_threads() -> int:
 
 
 _ENGINE_OMP_THREADS = _engine_omp_threads()
-_TO_CANONICAL = {"gamma": "weight", "beta": "bias"}
-
-
-def _canonical(name: str) -> str:
-    """Gluon's structural name -> canonical (BatchNorm gamma/beta -> weight/bias)."""
-    head, _, last = name.rpartition(".")
-    last = _TO_CANONICAL.get(last, last)
-    return f"{head}.{last}" if head else last
 
 
 def _reason(exc: mx.base.MXNetError) -> str:
@@ -116,16 +114,10 @@ class MXNetBackend(Backend):
         return int(mx.context.num_gpus())
 
     def device(self, name: str) -> Device:
-        kind, _, index = name.partition(":")
-        if kind == "cpu":  # cpu:K is a real MXNet context, sharing the host memory
-            return mx.cpu(int(index or 0))
-        if kind == "gpu":
-            return mx.gpu(int(index or 0))
-        raise BackendError(f"Unknown device name {name!r}; use cpu, cpu:K or gpu:K.")
+        return _devices.native_device(name)
 
     def device_name(self, device: Device) -> str:
-        kind = "gpu" if device.device_type == "gpu" else "cpu"
-        return f"{kind}:{device.device_id}"
+        return _devices.neutral_name(device)
 
     # -- tensors --------------------------------------------------------------------------
 
@@ -142,55 +134,30 @@ class MXNetBackend(Backend):
             raise _engine_error(exc, f"computing a {tensor.shape} tensor") from exc
 
     def allreduce(self, tensors: Sequence[Tensor], op: str) -> None:
-        if op not in ("sum", "mean"):
-            raise BackendError(f"allreduce op must be 'sum' or 'mean', got {op!r}.")
-        if self._dist is not None and self.world_size > 1:
-            self._dist.allreduce(tensors, op)  # sums the local tensors too
-            return
-        ctx = tensors[0].context
-        total = mx.nd.add_n(*(t.as_in_context(ctx) for t in tensors))
-        if op == "mean":
-            total = total / len(tensors)
-        for t in tensors:
-            total.copyto(t)
+        _parallel.allreduce(tensors, check_reduce_op(op), self._dist)
 
     def broadcast(self, tensors: Sequence[Tensor], src: int = 0) -> None:
-        for i, t in enumerate(tensors):
-            if i != src:
-                tensors[src].copyto(t)
-        if self._dist is not None and self.world_size > 1:
-            self._dist.broadcast(tensors[src], tensors)
+        _parallel.broadcast(tensors, src, self._dist)
 
     # -- models ---------------------------------------------------------------------------
 
     def build_model(
-        self,
-        model: ModelSpec | Any,
-        devices: Sequence[Device] | None = None,
-        *,
-        dtype: str = "float32",
+        self, model: ModelSpec | Any, devices: DeviceSeq | None = None, *, dtype: str = "float32"
     ) -> Model:
-        devices = list(devices) if devices else [self.device("cpu")]
-        check_dtype(dtype)
-        spec = model if isinstance(model, ModelSpec) else None
+        spec, devices = build_inputs(self, model, devices, dtype, gluon.Block, "gluon Block")
         if spec is not None:
             native = build(spec.net)
             native.initialize(ctx=devices)
             native.cast(dtype)
             if self.fast:
                 hybridize(native)
-        elif isinstance(model, gluon.Block):
-            native = model
+        else:
+            native = cast(gluon.Block, model)
             if all(p._data is None for p in native.collect_params().values()):
                 native.initialize(ctx=devices)
             else:
                 native.collect_params().reset_ctx(devices)
             native.cast(dtype)
-        else:
-            raise BackendError(
-                f"mxnet backend builds a polytrain ModelSpec or wraps a gluon Block, "
-                f"not {type(model).__name__}."
-            )
         structural = native._collect_params_with_prefix()
         deferred = [n for n, p in structural.items() if p._data is None]  # no public test
         if deferred:
@@ -200,33 +167,37 @@ class MXNetBackend(Backend):
             )
         # 'add': gradients accumulate over backward calls like torch; zero_grad resets them.
         native.collect_params().setattr("grad_req", "add")
-        params = {_canonical(n): p for n, p in structural.items()}
-        private: dict[str, Any] = {"params": params, "structural": structural}
-        private["trainable"] = [n for n, p in params.items() if p.grad_req != "null"]
+        params = {canonical(n): p for n, p in structural.items()}
+        own = MXNetModel(
+            native=native,
+            devices=devices,
+            replicas=[native] * len(devices),
+            spec=spec,
+            dtype=dtype,
+            params=params,
+            structural=structural,
+            trainable=[n for n, p in params.items() if p.grad_req != "null"],
+        )
+        shapes = [p.shape for p in own.trainable_params()]
         if self._dist is not None:  # keys initialised before any backward (DESIGN.md traps)
-            shapes = [params[n].shape for n in private["trainable"]]
-            private["dist_keys"] = self._dist.new_keys(shapes, dtype)
-        elif len(devices) > 1:  # initialised before any backward (a Trainer races otherwise)
-            on_gpu = any(d.device_type == "gpu" for d in devices)
-            kv = mx.kv.create("device" if on_gpu else "local")
-            for i, name in enumerate(private["trainable"]):
-                kv.init(i, mx.nd.zeros(params[name].shape, dtype=dtype))
-            private["kvstore"] = kv
-        return Model(native, devices, [native] * len(devices), spec, private, dtype=dtype)
+            own.dist_keys = self._dist.new_keys(shapes, dtype)
+        elif len(devices) > 1:
+            own.kvstore = _parallel.local_kvstore(devices, shapes, dtype)
+        return own
 
     def get_params(self, model: Model, replica: int = 0) -> dict[str, np.ndarray]:
         ctx = model.devices[replica]
-        params = model.private["params"].items()
+        params = MXNetModel.of(model).params.items()
         return {k: self.to_numpy(p.data(ctx)).astype(model.dtype) for k, p in params}
 
     def set_params(self, model: Model, params: dict[str, np.ndarray]) -> None:
-        expected = model.private["params"]
+        expected = MXNetModel.of(model).params
         check_params(expected, params, lambda p: tuple(p.shape))
         for name, p in expected.items():
             p.set_data(mx.nd.array(np.asarray(params[name]), dtype=p.dtype))
 
     def parameter_names(self, model: Model) -> list[str]:
-        return list(model.private["trainable"])
+        return list(MXNetModel.of(model).trainable)
 
     def forward(self, model: Model, x: Tensor, *, replica: int = 0, train: bool = False) -> Tensor:
         block = model.replicas[replica]
@@ -278,28 +249,30 @@ class MXNetBackend(Backend):
             return loss * (scale / denominator)
 
     def gradients(self, model: Model, replica: int = 0) -> dict[str, np.ndarray]:
-        ctx, params = model.devices[replica], model.private["params"]
-        return {n: self.to_numpy(params[n].grad(ctx)) for n in model.private["trainable"]}
+        ctx, own = model.devices[replica], MXNetModel.of(model)
+        return {n: self.to_numpy(own.params[n].grad(ctx)) for n in own.trainable}
 
     def replica_gradients(self, model: Model) -> list[list[Tensor]]:
-        params = model.private["params"]
-        return [[params[n].grad(c) for c in model.devices] for n in model.private["trainable"]]
+        params = MXNetModel.of(model).trainable_params()
+        return [[p.grad(c) for c in model.devices] for p in params]
 
     def sync_gradients(self, model: Model) -> None:
+        own = MXNetModel.of(model)
         if self._dist is not None and self.world_size > 1:
-            if "dist_keys" not in model.private:  # built before init_distributed
-                shapes = [p.shape for p in self._trainable_params(model)]
-                model.private["dist_keys"] = self._dist.new_keys(shapes, model.dtype)
-            self._dist.sum_gradients(model.private["dist_keys"], self.replica_gradients(model))
+            if own.dist_keys is None:  # built before init_distributed
+                shapes = [p.shape for p in own.trainable_params()]
+                own.dist_keys = self._dist.new_keys(shapes, model.dtype)
+            self._dist.sum_gradients(own.dist_keys, self.replica_gradients(model))
             return
         if model.num_devices == 1:
             return
-        kv = model.private["kvstore"]  # the framework's reduction; kvstore=None skips it
-        for i, grads in enumerate(self.replica_gradients(model)):
-            kv.pushpull(i, grads, out=grads, priority=-i)
-
-    def _trainable_params(self, model: Model) -> list[Any]:
-        return [model.private["params"][n] for n in model.private["trainable"]]
+        if own.kvstore is None:
+            raise BackendError(
+                "This model's devices share no kvstore (it was built in a process group): "
+                "build it again after shutdown_distributed to sum gradients over its devices."
+            )
+        for i, grads in enumerate(self.replica_gradients(model)):  # the framework's reduction
+            own.kvstore.pushpull(i, grads, out=grads, priority=-i)
 
     def layer_outputs(self, model: Model, x: Tensor) -> list[tuple[str, np.ndarray]]:
         return _inspect.layer_outputs(self, model, x)
@@ -328,7 +301,7 @@ class MXNetBackend(Backend):
     # -- processes ------------------------------------------------------------------------
 
     def init_distributed(
-        self, info: Any, devices: Sequence[Device], timeout: float = 120.0
+        self, info: ClusterInfo, devices: Sequence[Device], timeout: float = 120.0
     ) -> None:
         if not info.is_distributed:
             return
@@ -368,24 +341,24 @@ class MXNetBackend(Backend):
     def save_native(self, model: Model, path: str) -> None:
         # save_parameters' format, written from context 0: save_parameters itself averages
         # the contexts' copies (replicas' BatchNorm stats differ; (3a)/3 may not be a).
-        ctx = model.devices[0]
-        arrays = {k: p.data(ctx).copyto(mx.cpu()) for k, p in model.private["structural"].items()}
+        ctx, structural = model.devices[0], MXNetModel.of(model).structural
+        arrays = {k: p.data(ctx).copyto(mx.cpu()) for k, p in structural.items()}
         with atomic_path(path) as tmp:
             mx.nd.save(tmp, arrays)
 
     def load_native(self, model: Model, path: str) -> None:
         try:
-            loaded = mx.nd.load(path)
+            loaded: dict[str, Any] | list[Any] = mx.nd.load(path)
         except mx.base.MXNetError as exc:
             raise CheckpointError(f"Cannot read {path} as MXNet .params: {_reason(exc)}") from exc
         if not isinstance(loaded, dict):
             raise CheckpointError(f"{path} holds unnamed arrays, not Gluon parameters.")
-        aliases = {}
-        for name, p in model.private["structural"].items():
-            canonical = _canonical(name)
+        aliases: dict[str, str] = {}
+        for name, p in MXNetModel.of(model).structural.items():
+            to = canonical(name)
             legacy = p.name.removeprefix(model.native.prefix)  # save_params strips it
             # structural names (save_parameters), full names (Module's "arg:"/"aux:")
             for key in (name, legacy, p.name, f"arg:{p.name}", f"aux:{p.name}"):
-                aliases[key] = canonical
+                aliases[key] = to
         params = {aliases.get(k, k): v.asnumpy() for k, v in loaded.items()}
         self.set_params(model, params)

@@ -15,20 +15,7 @@ from mxnet import autograd
 from mxnet.gluon import nn
 
 from polytrain.errors import BackendError
-from polytrain.neutral.models import (
-    AvgPool2d,
-    BatchNorm2d,
-    Conv2d,
-    Dropout,
-    Flatten,
-    GlobalAvgPool2d,
-    Layer,
-    Linear,
-    MaxPool2d,
-    ReLU,
-    Residual,
-    Sequential,
-)
+from polytrain.neutral import models
 
 
 class _Sequential(nn.HybridBlock):
@@ -118,14 +105,14 @@ class _AvgPoolCeil(nn.AvgPool2D):
         return F.slice_like(y, like, axes=(2, 3))
 
 
-def build(layer: Layer) -> nn.HybridBlock:
+def build(layer: models.Layer) -> nn.HybridBlock:
     """A Gluon block for one neutral layer (shapes given, so nothing is deferred)."""
-    if isinstance(layer, Sequential):
+    if isinstance(layer, models.Sequential):
         return _Sequential([(n, build(c)) for n, c in layer.layers])
-    if isinstance(layer, Residual):
+    if isinstance(layer, models.Residual):
         short = None if layer.shortcut is None else build(layer.shortcut)
         return _Residual(build(layer.body), short)
-    if isinstance(layer, Conv2d):
+    if isinstance(layer, models.Conv2d):
         return nn.Conv2D(
             layer.out_channels,
             layer.kernel_size,
@@ -134,28 +121,28 @@ def build(layer: Layer) -> nn.HybridBlock:
             in_channels=layer.in_channels,
             use_bias=layer.bias,
         )
-    if isinstance(layer, Linear):  # flatten=False: like torch, act on the last axis only
+    if isinstance(layer, models.Linear):  # flatten=False: like torch, act on the last axis only
         return nn.Dense(
             layer.out_features, use_bias=layer.bias, flatten=False, in_units=layer.in_features
         )
-    if isinstance(layer, BatchNorm2d):
+    if isinstance(layer, models.BatchNorm2d):
         return _BatchNorm(layer.num_features, layer.eps, layer.momentum)
-    if isinstance(layer, ReLU):
+    if isinstance(layer, models.ReLU):
         return nn.Activation("relu")
-    if isinstance(layer, MaxPool2d):
+    if isinstance(layer, models.MaxPool2d):
         return nn.MaxPool2D(layer.kernel_size, layer.stride, layer.padding)
-    if isinstance(layer, AvgPool2d):
+    if isinstance(layer, models.AvgPool2d):
         stride = layer.stride or layer.kernel_size
         if layer.ceil_mode:
             return _AvgPoolCeil(layer.kernel_size, stride, layer.padding, layer.count_include_pad)
         return nn.AvgPool2D(
             layer.kernel_size, stride, layer.padding, count_include_pad=layer.count_include_pad
         )
-    if isinstance(layer, GlobalAvgPool2d):
+    if isinstance(layer, models.GlobalAvgPool2d):
         return nn.GlobalAvgPool2D()
-    if isinstance(layer, Flatten):
+    if isinstance(layer, models.Flatten):
         return nn.Flatten()
-    if isinstance(layer, Dropout):
+    if isinstance(layer, models.Dropout):
         return nn.Dropout(layer.p)
     raise BackendError(f"mxnet backend cannot build layer {layer!r}")
 
@@ -174,3 +161,13 @@ def _blocks(block: nn.Block) -> list[nn.Block]:
     for child in block._children.values():
         out += _blocks(child)
     return out
+
+
+_TO_CANONICAL = {"gamma": "weight", "beta": "bias"}
+
+
+def canonical(name: str) -> str:
+    """Gluon's structural name -> canonical (BatchNorm gamma/beta -> weight/bias)."""
+    head, _, last = name.rpartition(".")
+    last = _TO_CANONICAL.get(last, last)
+    return f"{head}.{last}" if head else last

@@ -17,6 +17,8 @@ import numpy as np
 from polytrain.backend.base import Model
 from polytrain.neutral.optim import STATE_SLOTS, Optimizer, OptimizerConfig
 
+from ._model import MXNetModel
+
 
 class MXNetOptimizer(Optimizer):
     """Canonical rules on each context; identical gradients keep the copies identical."""
@@ -24,8 +26,8 @@ class MXNetOptimizer(Optimizer):
     def __init__(self, model: Model, config: OptimizerConfig) -> None:
         super().__init__(config)
         self.model = model
-        params = model.private["params"]
-        self.params = [(n, params[n]) for n in model.private["trainable"]]
+        own = MXNetModel.of(model)
+        self.params = [(n, own.params[n]) for n in own.trainable]
         # per parameter, per context: slot name -> NDArray (created at the first step)
         self.state: dict[str, list[dict[str, Any]]] = {
             n: [{} for _ in model.devices] for n, _ in self.params

@@ -1,4 +1,5 @@
-"""MXNet across processes: the parameter-server kvstore ``dist_sync`` (ps-lite, in the wheel).
+"""MXNet across devices (a ``local``/``device`` kvstore, or plain copies) and across
+processes: the parameter-server kvstore ``dist_sync`` (ps-lite, in the wheel).
 
 A scheduler, one or more servers and the workers find each other through the ``DMLC_*``
 variables (``polytrain launch --backend mxnet`` sets them). Workers push their gradients;
@@ -43,7 +44,8 @@ import numpy as np
 from polytrain.distributed.watchdog import Deadline
 from polytrain.errors import ClusterError
 
-RANK_FILE_VAR = "POLYTRAIN_RANK_FILE"  # polytrain launch: where a worker reports its rank
+from ._launcher import RANK_FILE_VAR
+
 EXIT_BARRIER_SECONDS = 10.0
 SAME_SIZE = "was every node started with the same --nnodes and --nproc-per-node?"
 
@@ -211,3 +213,39 @@ class DistSync:
             failed = hasattr(sys, "last_value")  # an uncaught exception was printed
             short = Deadline(min(self.deadline.timeout, EXIT_BARRIER_SECONDS), "mxnet dist_sync")
             self.close(barrier=not failed, deadline=short)
+
+
+# -- the backend's collectives --------------------------------------------------------------
+
+
+def allreduce(tensors: Sequence[Any], op: str, dist: DistSync | None) -> None:
+    """Every tensor becomes the sum (or mean) over the tensors and, under ``dist``, the
+    workers."""
+    if dist is not None and dist.world_size > 1:
+        dist.allreduce(tensors, op)  # sums the local tensors too
+        return
+    ctx = tensors[0].context
+    total = mx.nd.add_n(*(t.as_in_context(ctx) for t in tensors))
+    if op == "mean":
+        total = total / len(tensors)
+    for t in tensors:
+        total.copyto(t)
+
+
+def broadcast(tensors: Sequence[Any], src: int, dist: DistSync | None) -> None:
+    """``tensors[src]`` into the others (then rank 0's into every worker under ``dist``)."""
+    for i, t in enumerate(tensors):
+        if i != src:
+            tensors[src].copyto(t)
+    if dist is not None and dist.world_size > 1:
+        dist.broadcast(tensors[src], tensors)
+
+
+def local_kvstore(devices: Sequence[Any], shapes: Sequence[tuple[int, ...]], dtype: str) -> Any:
+    """The kvstore that sums gradients over the devices of one process, its keys
+    initialised now: before any backward (a Trainer races otherwise)."""
+    on_gpu = any(d.device_type == "gpu" for d in devices)
+    kv = mx.kv.create("device" if on_gpu else "local")
+    for i, shape in enumerate(shapes):
+        kv.init(i, mx.nd.zeros(shape, dtype=dtype))
+    return kv

@@ -28,6 +28,7 @@ from mxnet import autograd, ndarray, symbol
 from mxnet.contrib.amp import amp as _amp
 
 from polytrain.backend.precision import PrecisionSupport, cpu_flags
+from polytrain.backend.precision_verbs import probe_float64
 
 TARGETS: dict[str, Any] = {"bf16": _amp.bfloat16, "fp16": np.dtype(np.float16)}
 _MISSING = object()
@@ -142,7 +143,9 @@ def support(device_type: str, precision: str) -> PrecisionSupport:
         return PrecisionSupport("fp32", True)
     ctx = mx.cpu() if device_type == "cpu" else mx.gpu(0)
     if precision == "fp64":
-        return _float64_support(ctx)
+        return probe_float64(
+            f"MXNet {mx.__version__}", lambda: _float64_dtypes(ctx), np.float64, _first_line
+        )
     try:
         x = mx.nd.ones((2, 1, 8, 8), ctx=ctx)
         w, v = mx.nd.ones((4, 1, 3, 3), ctx=ctx), mx.nd.ones((10, 144), ctx=ctx)
@@ -169,26 +172,25 @@ def support(device_type: str, precision: str) -> PrecisionSupport:
     return PrecisionSupport(precision, True, _note(device_type, precision))
 
 
-def _float64_support(ctx: Any) -> PrecisionSupport:
-    """fp64 builds the model in float64: a float64 convolution and dense layer must run
-    forward and backward on ``ctx`` and stay float64."""
-    try:
-        x = mx.nd.ones((2, 1, 8, 8), ctx=ctx, dtype="float64")
-        w = mx.nd.ones((4, 1, 3, 3), ctx=ctx, dtype="float64")
-        v = mx.nd.ones((10, 144), ctx=ctx, dtype="float64")
-        w.attach_grad(grad_req="add")
-        with autograd.record():
-            h = mx.nd.Convolution(x, w, kernel=(3, 3), num_filter=4, no_bias=True)
-            out = mx.nd.FullyConnected(h.flatten(), v, num_hidden=10, no_bias=True)
-            loss = out.sum()
-        loss.backward()
-        grad = w.grad.asnumpy()  # errors surface at a sync point
-    except mx.base.MXNetError as exc:
-        reason = str(exc).strip().splitlines()[0]
-        return PrecisionSupport("fp64", False, f"MXNet {mx.__version__}: {reason}")
-    if out.dtype != np.float64 or grad.dtype != np.float64 or not grad.any():
-        return PrecisionSupport("fp64", False, f"MXNet computed {out.dtype}, not float64")
-    return PrecisionSupport("fp64", True, "float64 model (parity mode)")
+def _float64_dtypes(ctx: Any) -> tuple[Any, Any]:
+    """A float64 convolution and dense layer, forward and backward on ``ctx``."""
+    x = mx.nd.ones((2, 1, 8, 8), ctx=ctx, dtype="float64")
+    w = mx.nd.ones((4, 1, 3, 3), ctx=ctx, dtype="float64")
+    v = mx.nd.ones((10, 144), ctx=ctx, dtype="float64")
+    w.attach_grad(grad_req="add")
+    with autograd.record():
+        h = mx.nd.Convolution(x, w, kernel=(3, 3), num_filter=4, no_bias=True)
+        out = mx.nd.FullyConnected(h.flatten(), v, num_hidden=10, no_bias=True)
+        loss = out.sum()
+    loss.backward()
+    grad = w.grad.asnumpy()  # errors surface at a sync point
+    if not grad.any():
+        raise RuntimeError("the weight's gradient came out zero")
+    return out.dtype, grad.dtype
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [repr(exc)])[0]
 
 
 def _note(device_type: str, precision: str) -> str:

@@ -3,24 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from polytrain import BackendInfo, hookimpl
+from polytrain.backend.base import Backend
+from polytrain.backend.factory import backend_factory
 from polytrain.backend.native_format import NativeFormat
 from polytrain.distributed.launcher import Launcher
 
 
-def _factory(options: Any) -> Any:
-    from polytrain.utils.threads import export_thread_env, resolve_threads
-
-    # Importing paddle sets OMP_NUM_THREADS=1 when unset: export ours first.
-    threads = resolve_threads(options.threads)
-    export_thread_env(threads)
+def _backend_class() -> type[Backend]:
     from ._backend import PaddleBackend
 
-    backend = PaddleBackend(options)
-    backend.set_threads(threads)
-    return backend
+    return PaddleBackend
 
 
 @hookimpl
@@ -30,7 +24,7 @@ def polytrain_register_backends(register: Callable[[BackendInfo], None]) -> None
             name="paddle",
             framework="paddle",
             distribution="paddlepaddle",
-            factory=_factory,
+            factory=backend_factory(_backend_class),
             description="PaddlePaddle (paddle.nn, paddle.distributed gloo/nccl)",
             order=20,
             collectives="paddle.distributed (gloo)",

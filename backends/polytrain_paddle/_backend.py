@@ -4,7 +4,7 @@ Paddle differs from the canonical (PyTorch) conventions in a few places, each ha
 where it occurs: Linear weights are [in, out] and BatchNorm buffers are ``_mean`` /
 ``_variance`` (renamed and transposed on get/set, :func:`canonical_layout`); BatchNorm
 statistics and AvgPool windows follow Paddle's rules unless built by ``_layers``; one
-CPU place per process means ``cpu:K`` devices are host replicas (:class:`HostDevice`).
+CPU place per process means ``cpu:K`` devices are host replicas (``_devices.HostDevice``).
 """
 
 from __future__ import annotations
@@ -16,17 +16,20 @@ import os
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from polytrain.backend.base import Backend, Device, Model, Tensor, check_params
+from polytrain.backend.base import Backend, Device, Model, Tensor
+from polytrain.backend.collectives import check_reduce_op
+from polytrain.backend.devices import DeviceSeq
 from polytrain.backend.functional import FunctionalOps
-from polytrain.backend.precision import PRECISIONS, PrecisionSupport, check_dtype
+from polytrain.backend.mismatch import check_params
+from polytrain.backend.model import build_inputs
+from polytrain.backend.precision import PRECISIONS, PrecisionSupport
+from polytrain.distributed.cluster import ClusterInfo
 from polytrain.distributed.watchdog import Deadline
 from polytrain.errors import BackendError, CheckpointError, ClusterError
-from polytrain.io.native import read_paddle
 from polytrain.neutral.models import ModelSpec
 from polytrain.neutral.optim import Optimizer, OptimizerConfig
 from polytrain.utils.fileio import atomic_path
@@ -38,39 +41,20 @@ with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()) as _st
     import paddle
     import paddle.nn.functional as F
     from paddle import nn
-from . import (
+from . import (  # these import paddle too: after the quiet import
+    _devices,
     _inspect,
-    _precision,  # this and the next import paddle: after the quiet import
+    _parallel,
+    _precision,
 )
-from ._layers import build, canonical_layout
+from ._format import PaddleFormat
+from ._layers import build, canonical_layout, unwrap
+from ._model import PaddleModel
 from ._optim import PaddleOptimizer
 
 sys.stderr.writelines(s for s in _stderr.getvalue().splitlines(True) if "OMP_NUM" not in s)
 
 _NUMPY = {paddle.float32: np.float32, paddle.float64: np.float64}  # parameter dtypes
-
-
-@dataclass(frozen=True)
-class HostDevice:
-    """``cpu`` or the emulated ``cpu:K``: Paddle has one CPU place per process, so K
-    only names a replica held in host memory."""
-
-    index: int | None = None
-
-
-def _unwrap(layer: nn.Layer) -> nn.Layer:
-    """The user's layer inside paddle.DataParallel (whose child is ``_layers``)."""
-    while isinstance(layer, paddle.DataParallel):
-        layer = layer._layers
-    return layer
-
-
-def _place(device: Device | None) -> Any:
-    return paddle.CPUPlace() if device is None or isinstance(device, HostDevice) else device
-
-
-def _moved(tensor: paddle.Tensor, place: Any) -> paddle.Tensor:
-    return tensor if tensor.place == place else tensor.to(place)
 
 
 class PaddleBackend(Backend):
@@ -109,110 +93,59 @@ class PaddleBackend(Backend):
         return paddle.device.cuda.device_count() if paddle.is_compiled_with_cuda() else 0
 
     def device(self, name: str) -> Device:
-        kind, _, index = name.partition(":")
-        if kind == "cpu":  # cpu:K is an emulated device: a replica in host memory
-            return HostDevice(int(index) if index else None)
-        if kind == "gpu":
-            return paddle.CUDAPlace(int(index or 0))
-        raise BackendError(f"Unknown device name {name!r}; use cpu, cpu:K or gpu:K.")
+        return _devices.native_device(name)
 
     def device_name(self, device: Device) -> str:
-        if isinstance(device, HostDevice):
-            return "cpu" if device.index is None else f"cpu:{device.index}"
-        if isinstance(device, paddle.CUDAPlace):
-            return f"gpu:{device.get_device_id()}"
-        if isinstance(device, paddle.CPUPlace):
-            return "cpu"
-        raise BackendError(f"Not a paddle device: {device!r}.")
+        return _devices.neutral_name(device)
 
     # -- tensors --------------------------------------------------------------------------
 
     def to_tensor(self, array: np.ndarray, device: Device | None = None) -> Tensor:
-        return paddle.to_tensor(np.ascontiguousarray(array), place=_place(device))
+        return paddle.to_tensor(np.ascontiguousarray(array), place=_devices.place(device))
 
     def to_numpy(self, tensor: Tensor) -> np.ndarray:
         return tensor.numpy()  # a host copy
 
     def allreduce(self, tensors: Sequence[Tensor], op: str) -> None:
-        if op not in ("sum", "mean"):
-            raise BackendError(f"allreduce op must be 'sum' or 'mean', got {op!r}.")
-        with paddle.no_grad():
-            total = tensors[0].clone()
-            for t in tensors[1:]:
-                total.add_(_moved(t, total.place))
-            count = len(tensors)
-            if self.world_size > 1:
-                import paddle.distributed as dist
-
-                dist.all_reduce(total, op=dist.ReduceOp.SUM)
-                count *= self.world_size
-            if op == "mean":
-                total.scale_(1.0 / count)
-            for t in tensors:
-                paddle.assign(_moved(total, t.place), output=t)
+        _parallel.allreduce(tensors, check_reduce_op(op), self.world_size)
 
     def broadcast(self, tensors: Sequence[Tensor], src: int = 0) -> None:
-        with paddle.no_grad():
-            source = tensors[src]
-            if self.world_size > 1:
-                import paddle.distributed as dist
-
-                dist.broadcast(source, src=0)
-            for i, t in enumerate(tensors):
-                if i != src:
-                    paddle.assign(_moved(source, t.place), output=t)
+        _parallel.broadcast(tensors, src, self.world_size)
 
     # -- models ---------------------------------------------------------------------------
 
     def build_model(
-        self,
-        model: ModelSpec | Any,
-        devices: Sequence[Device] | None = None,
-        *,
-        dtype: str = "float32",
+        self, model: ModelSpec | Any, devices: DeviceSeq | None = None, *, dtype: str = "float32"
     ) -> Model:
-        devices = list(devices) if devices else [self.device("cpu")]
-        check_dtype(dtype)
-        spec = model if isinstance(model, ModelSpec) else None
-        if spec is not None:
-            native = build(spec.net)
-        elif isinstance(model, nn.Layer):
-            native = _unwrap(model)
-        else:
-            raise BackendError(
-                f"paddle backend builds a polytrain ModelSpec or wraps a paddle.nn.Layer, "
-                f"not {type(model).__name__}."
-            )
-        native.to(dtype=dtype)  # parameters and float buffers, in place
+        spec, devices = build_inputs(self, model, devices, dtype, nn.Layer, "paddle.nn.Layer")
+        native = unwrap(cast(nn.Layer, model)) if spec is None else build(spec.net)
+        native.to(dtype=getattr(paddle, dtype))  # parameters and float buffers, in place
         replicas = [native] + [copy.deepcopy(native) for _ in devices[1:]]
         for replica, device in zip(replicas, devices, strict=True):
-            replica.to(device=_place(device))  # a no-op where it already is
+            replica.to(device=_devices.place(device))  # a no-op where it already is
         if self.fast:  # --fast: dygraph-to-static, in place (same parameters and names)
             replicas = [paddle.jit.to_static(r, full_graph=True) for r in replicas]
-        names = [n for n, p in native.named_parameters() if not p.stop_gradient]
-        return Model(
+        return PaddleModel(
             native=native,
             devices=devices,
             replicas=replicas,
             spec=spec,
-            private={
-                "names": names,
-                "layout": canonical_layout(native),
-                "training": [None] * len(devices),
-            },
             dtype=dtype,
+            names=[n for n, p in native.named_parameters() if not p.stop_gradient],
+            layout=canonical_layout(native),
+            training=[None] * len(devices),
         )
 
     def get_params(self, model: Model, replica: int = 0) -> dict[str, np.ndarray]:
-        out = {}
+        layout, out = PaddleModel.of(model).layout, {}
         for key, tensor in model.replicas[replica].state_dict().items():
-            canonical, transposed = model.private["layout"][key]
+            canonical, transposed = layout[key]
             value = self.to_numpy(tensor)
             out[canonical] = np.ascontiguousarray(value.T) if transposed else value
         return out
 
     def set_params(self, model: Model, params: dict[str, np.ndarray]) -> None:
-        layout = model.private["layout"]
+        layout = PaddleModel.of(model).layout
         expected = {c: (k, t) for k, (c, t) in layout.items()}
         shapes = {k: tuple(v.shape) for k, v in model.replicas[0].state_dict().items()}
         check_params(expected, params, lambda kt: shapes[kt[0]][:: -1 if kt[1] else 1])
@@ -224,27 +157,22 @@ class PaddleBackend(Backend):
                     tensor.set_value(np.ascontiguousarray(value.T if transposed else value))
 
     def parameter_names(self, model: Model) -> list[str]:
-        return [model.private["layout"][n][0] for n in model.private["names"]]
+        own = PaddleModel.of(model)
+        return [own.layout[n][0] for n in own.names]
 
-    def _set_mode(self, model: Model, replica: int, train: bool) -> nn.Layer:
-        layer = model.replicas[replica]
-        if model.private["training"][replica] is not train:
+    def forward(self, model: Model, x: Tensor, *, replica: int = 0, train: bool = False) -> Tensor:
+        own = PaddleModel.of(model)
+        layer = own.replicas[replica]
+        if own.training[replica] is not train:
             if train:
                 layer.train()
             else:
                 layer.eval()
-            model.private["training"][replica] = train
-        return layer
-
-    def forward(self, model: Model, x: Tensor, *, replica: int = 0, train: bool = False) -> Tensor:
-        layer = self._set_mode(model, replica, train)
+            own.training[replica] = train
         if train:
             return layer(x)
         with paddle.no_grad():
             return layer(x)
-
-    def record(self) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
 
     def cross_entropy(
         self,
@@ -256,7 +184,7 @@ class PaddleBackend(Backend):
         if labels.ndim == 2 and labels.shape[1] == 1:  # "none" would keep [N, 1]: give [N]
             labels = labels.reshape([-1])
         if ignore_index is None:
-            return F.cross_entropy(logits, labels, reduction=reduction)
+            return F.cross_entropy(logits, labels, reduction=cast(Any, reduction))
         losses = F.cross_entropy(logits, labels, reduction="none", ignore_index=ignore_index)
         losses = losses.reshape([-1])
         if reduction == "none":
@@ -274,12 +202,11 @@ class PaddleBackend(Backend):
         loss.backward()
 
     def gradients(self, model: Model, replica: int = 0) -> dict[str, np.ndarray]:
-        layout = model.private["layout"]
-        out = {}
+        own, out = PaddleModel.of(model), {}
         for name, p in model.replicas[replica].named_parameters():
-            if name not in model.private["names"]:
+            if name not in own.names:
                 continue
-            canonical, transposed = layout[name]
+            canonical, transposed = own.layout[name]
             g = np.zeros(p.shape, _NUMPY[p.dtype]) if p.grad is None else self.to_numpy(p.grad)
             out[canonical] = np.ascontiguousarray(g.T) if transposed else g
         return out
@@ -319,12 +246,12 @@ class PaddleBackend(Backend):
         return {p: _precision.support(kind, p) for p in PRECISIONS}
 
     def copy_to(self, tensor: Tensor, device: Device) -> Tensor:
-        return _precision.CopyTo.apply(tensor, _place(device))
+        return _precision.CopyTo.apply(tensor, _devices.place(device))
 
     # -- processes ------------------------------------------------------------------------
 
     def init_distributed(
-        self, info: Any, devices: Sequence[Device], timeout: float = 120.0
+        self, info: ClusterInfo, devices: Sequence[Device], timeout: float = 120.0
     ) -> None:
         import paddle.distributed as dist
 
@@ -380,8 +307,8 @@ class PaddleBackend(Backend):
             paddle.save(model.replicas[0].state_dict(), tmp)
 
     def load_native(self, model: Model, path: str) -> None:
-        state = read_paddle(path)  # a .pdparams is a pickle: never paddle.load
-        layout = model.private["layout"]
+        state = PaddleFormat().read(path)  # a .pdparams is a pickle: never paddle.load
+        layout = PaddleModel.of(model).layout
         params = {}
         for key, value in state.items():
             canonical, transposed = layout.get(key, (key, False))

@@ -9,26 +9,14 @@ produce one more window than PyTorch. The layers below keep Paddle's parameter n
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
 from polytrain.errors import BackendError
-from polytrain.neutral.models import (
-    AvgPool2d,
-    BatchNorm2d,
-    Conv2d,
-    Dropout,
-    Flatten,
-    GlobalAvgPool2d,
-    Layer,
-    Linear,
-    MaxPool2d,
-    ReLU,
-    Residual,
-    Sequential,
-)
+from polytrain.neutral import models
 from polytrain.neutral.reference import pool_output_size
 
 _RENAME = {"_mean": "running_mean", "_variance": "running_var"}  # Paddle BatchNorm buffers
@@ -49,7 +37,7 @@ class _BatchNorm2D(nn.BatchNorm2D):
     """Paddle's BatchNorm2D (same parameters and state-dict names) with PyTorch's running
     statistics: ``momentum`` weights the new batch and running_var is unbiased."""
 
-    def __init__(self, layer: BatchNorm2d) -> None:
+    def __init__(self, layer: models.BatchNorm2d) -> None:
         super().__init__(layer.num_features, momentum=1.0 - layer.momentum, epsilon=layer.eps)
         self._torch_momentum = layer.momentum
 
@@ -57,8 +45,9 @@ class _BatchNorm2D(nn.BatchNorm2D):
         if not self.training:
             if x.dtype == paddle.float64:  # the fused kernel's float32 epsilon, see below
                 shape = [1, -1, 1, 1]
-                scale = self.weight / paddle.sqrt(self._variance + self._epsilon)
-                shift = self.bias - self._mean * scale
+                weight, bias = self._affine()
+                scale = weight / paddle.sqrt(self._variance + self._epsilon)
+                shift = bias - self._mean * scale
                 return x * scale.reshape(shape) + shift.reshape(shape)
             return super().forward(x)
         # Momentum 0 makes Paddle's fused kernel write the batch mean and biased variance
@@ -79,6 +68,10 @@ class _BatchNorm2D(nn.BatchNorm2D):
             paddle.assign(self._variance * (1 - m) + unbiased * m, output=self._variance)
         return y
 
+    def _affine(self) -> tuple[paddle.Tensor, paddle.Tensor]:
+        """Weight and bias (Paddle types them optional; this layer always has both)."""
+        return cast(paddle.Tensor, self.weight), cast(paddle.Tensor, self.bias)
+
     def _float64_train(self, x: paddle.Tensor) -> tuple[paddle.Tensor, ...]:
         """Train-mode BatchNorm from element-wise ops, for float64 models (--precision fp64):
         Paddle 3.3.1's fused kernel takes ``epsilon`` as a float32 attribute (1e-5 becomes
@@ -88,7 +81,8 @@ class _BatchNorm2D(nn.BatchNorm2D):
         var = (centered * centered).mean(axis=[0, 2, 3], keepdim=True)
         shape = [1, -1, 1, 1]
         y = centered / paddle.sqrt(var + self._epsilon)
-        y = y * self.weight.reshape(shape) + self.bias.reshape(shape)
+        weight, bias = self._affine()
+        y = y * weight.reshape(shape) + bias.reshape(shape)
         return y, mean.detach().flatten(), var.detach().flatten()
 
 
@@ -106,7 +100,7 @@ class _AvgPool2D(nn.AvgPool2D):
     """AvgPool with PyTorch's rules: padding counts (``exclusive=False``) and, with
     ``ceil_mode``, no last window that starts in the right padding."""
 
-    def __init__(self, layer: AvgPool2d) -> None:
+    def __init__(self, layer: models.AvgPool2d) -> None:
         k, s, pad = layer.kernel_size, layer.stride or layer.kernel_size, layer.padding
         super().__init__(
             k, s, pad, ceil_mode=layer.ceil_mode, exclusive=not layer.count_include_pad
@@ -121,13 +115,13 @@ class _AvgPool2D(nn.AvgPool2D):
         return y if tuple(y.shape[2:]) == (oh, ow) else y[:, :, :oh, :ow]
 
 
-def build(layer: Layer) -> nn.Layer:
-    if isinstance(layer, Sequential):
+def build(layer: models.Layer) -> nn.Layer:
+    if isinstance(layer, models.Sequential):
         return nn.Sequential(*[(n, build(c)) for n, c in layer.layers])
-    if isinstance(layer, Residual):
+    if isinstance(layer, models.Residual):
         short = None if layer.shortcut is None else build(layer.shortcut)
         return _Residual(build(layer.body), short)
-    if isinstance(layer, Conv2d):
+    if isinstance(layer, models.Conv2d):
         return nn.Conv2D(
             layer.in_channels,
             layer.out_channels,
@@ -136,23 +130,23 @@ def build(layer: Layer) -> nn.Layer:
             padding=layer.padding,
             bias_attr=None if layer.bias else False,
         )
-    if isinstance(layer, Linear):
+    if isinstance(layer, models.Linear):
         return nn.Linear(
             layer.in_features, layer.out_features, bias_attr=None if layer.bias else False
         )
-    if isinstance(layer, BatchNorm2d):
+    if isinstance(layer, models.BatchNorm2d):
         return _BatchNorm2D(layer)
-    if isinstance(layer, ReLU):
+    if isinstance(layer, models.ReLU):
         return nn.ReLU()
-    if isinstance(layer, MaxPool2d):
+    if isinstance(layer, models.MaxPool2d):
         return nn.MaxPool2D(layer.kernel_size, layer.stride, layer.padding)
-    if isinstance(layer, AvgPool2d):
+    if isinstance(layer, models.AvgPool2d):
         return _AvgPool2D(layer)
-    if isinstance(layer, GlobalAvgPool2d):
+    if isinstance(layer, models.GlobalAvgPool2d):
         return _GlobalAvgPool2D(1)
-    if isinstance(layer, Flatten):
+    if isinstance(layer, models.Flatten):
         return nn.Flatten()
-    if isinstance(layer, Dropout):
+    if isinstance(layer, models.Dropout):
         return nn.Dropout(layer.p)
     raise BackendError(f"paddle backend cannot build layer {layer!r}")
 
@@ -170,3 +164,10 @@ def canonical_layout(layer: nn.Layer) -> dict[str, tuple[str, bool]]:
         leaf = _RENAME.get(leaf, leaf)
         out[key] = (f"{head}.{leaf}" if head else leaf, key in linear)
     return out
+
+
+def unwrap(layer: nn.Layer) -> nn.Layer:
+    """The user's layer inside paddle.DataParallel (whose child is ``_layers``)."""
+    while isinstance(layer, paddle.DataParallel):
+        layer = layer._layers
+    return layer

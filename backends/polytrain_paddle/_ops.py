@@ -17,13 +17,13 @@ import paddle.nn.functional as F
 
 from polytrain.backend.functional import Device, FunctionalOps, Tensor
 
-from ._backend import _place
+from ._devices import place
 
 
 def _placed(t: paddle.Tensor, device: Device | None) -> paddle.Tensor:
     """``t`` on ``device`` (an emulated ``cpu:K`` is the one CPU place), always a copy."""
-    place = _place(device)
-    return t.clone() if t.place == place else t.to(place)
+    to = place(device)
+    return t.clone() if t.place == to else t.to(to)
 
 
 class PaddleOps(FunctionalOps):
@@ -33,7 +33,7 @@ class PaddleOps(FunctionalOps):
         if isinstance(value, paddle.Tensor):
             t = _placed(value.detach(), device)
         else:
-            t = paddle.to_tensor(np.array(value, copy=True, order="C"), place=_place(device))
+            t = paddle.to_tensor(np.array(value, copy=True, order="C"), place=place(device))
         t.stop_gradient = False
         t.grad = paddle.zeros_like(t)
         return t

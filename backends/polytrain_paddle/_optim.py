@@ -9,11 +9,16 @@ updates. State slots live in Paddle's accumulators, read and written per paramet
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import paddle
 
 from polytrain.backend.base import Model
-from polytrain.neutral.optim import STATE_SLOTS, Optimizer, OptimizerConfig
+from polytrain.backend.optimizers import PerReplicaOptimizer
+from polytrain.neutral.optim import STATE_SLOTS, OptimizerConfig
+
+from ._model import PaddleModel
 
 _ACCUMULATOR = {  # canonical slot -> Paddle accumulator name
     "momentum_buffer": "velocity",
@@ -25,12 +30,12 @@ _ACCUMULATOR = {  # canonical slot -> Paddle accumulator name
 
 def _named(model: Model, replica: int) -> list[tuple[str, paddle.Tensor]]:
     """Trainable parameters with canonical names (BatchNorm buffers are not trainable)."""
-    layout = model.private["layout"]
+    layout = PaddleModel.of(model).layout
     params = model.replicas[replica].named_parameters()
     return [(layout[n][0], p) for n, p in params if not p.stop_gradient]
 
 
-def _groups(model: Model, replica: int, config: OptimizerConfig) -> list[dict]:
+def _groups(model: Model, replica: int, config: OptimizerConfig) -> list[Any]:
     by_decay: dict[float, list[paddle.Tensor]] = {}
     for name, p in _named(model, replica):
         by_decay.setdefault(config.decay_for(name), []).append(p)
@@ -81,7 +86,7 @@ def _native(model: Model, replica: int, config: OptimizerConfig) -> paddle.optim
     if config.name == "sgd":
         return paddle.optimizer.SGD(learning_rate=config.lr, parameters=groups)
     if config.name == "momentum" and model.dtype == "float64":
-        return _Float64Momentum(config.lr, config.momentum, groups)  # type: ignore[return-value]
+        return _Float64Momentum(config.lr, config.momentum, groups)
     if config.name == "momentum":
         return paddle.optimizer.Momentum(
             learning_rate=config.lr, momentum=config.momentum, parameters=groups
@@ -121,33 +126,21 @@ def _set(tensor: paddle.Tensor, value: np.ndarray) -> None:
     tensor.set_value(np.ascontiguousarray(value, dtype=kind))
 
 
-class PaddleOptimizer(Optimizer):
-    """One paddle.optimizer per replica; identical inputs keep replicas identical."""
+class PaddleOptimizer(PerReplicaOptimizer):
+    """One paddle.optimizer per replica."""
 
     def __init__(self, model: Model, config: OptimizerConfig) -> None:
-        super().__init__(config)
-        self.model = model
-        self.optimizers = [_native(model, i, config) for i in range(len(model.replicas))]
-        self._applied_lr = config.lr
+        super().__init__(model, config, _native)
 
-    def step(self) -> None:
-        if self.lr != self._applied_lr:
-            for opt in self.optimizers:
-                opt.set_lr(self.lr)
-            self._applied_lr = self.lr
-        for opt in self.optimizers:
-            opt.step()
-        self.step_count += 1
+    def _apply_lr(self, optimizer: paddle.optimizer.Optimizer, lr: float) -> None:
+        optimizer.set_lr(lr)
 
     def zero_grad(self) -> None:
         for opt in self.optimizers:
             opt.clear_grad(set_to_zero=False)
 
-    def _transposed(self) -> set[str]:
-        return {c for c, t in self.model.private["layout"].values() if t}
-
     def get_slots(self) -> dict[str, dict[str, np.ndarray]]:
-        opt, transposed = self.optimizers[0], self._transposed()
+        opt, transposed = self.optimizers[0], PaddleModel.of(self.model).transposed()
         out: dict[str, dict[str, np.ndarray]] = {}
         for name, p in _named(self.model, 0):
             out[name] = {}
@@ -159,7 +152,7 @@ class PaddleOptimizer(Optimizer):
         return out
 
     def set_slots(self, slots: dict[str, dict[str, np.ndarray]]) -> None:
-        transposed = self._transposed()
+        transposed = PaddleModel.of(self.model).transposed()
         block = paddle.static.default_main_program().global_block()
         for replica, opt in enumerate(self.optimizers):
             named = [(n, p) for n, p in _named(self.model, replica) if slots.get(n)]

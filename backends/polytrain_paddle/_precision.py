@@ -19,6 +19,7 @@ import paddle
 import paddle.nn.functional as F
 
 from polytrain.backend.precision import PrecisionSupport
+from polytrain.backend.precision_verbs import probe_float64
 
 DTYPES: dict[str, Any] = {"bf16": "bfloat16", "fp16": "float16"}
 _LOW = {"bf16": paddle.bfloat16, "fp16": paddle.float16}
@@ -50,7 +51,7 @@ def support(place_kind: str, precision: str) -> PrecisionSupport:
         return PrecisionSupport("fp32", True)
     place = paddle.CPUPlace() if place_kind == "cpu" else paddle.CUDAPlace(0)
     if precision == "fp64":
-        return _float64_support(place)
+        return probe_float64("paddle", lambda: _float64_dtypes(place), paddle.float64)
     try:
         with warnings.catch_warnings():  # auto_cast warns on CPU places, and does nothing
             warnings.simplefilter("ignore")
@@ -78,21 +79,15 @@ def support(place_kind: str, precision: str) -> PrecisionSupport:
     )
 
 
-def _float64_support(place: Any) -> PrecisionSupport:
-    """fp64 builds the model in float64: a float64 convolution and dense layer must run
-    forward and backward on ``place`` and stay float64."""
-    try:
-        x = paddle.randn([2, 1, 8, 8], dtype="float64").to(place)
-        w = paddle.randn([4, 1, 3, 3], dtype="float64").to(place)
-        v = paddle.randn([144, 10], dtype="float64").to(place)
-        w.stop_gradient = False
-        out = paddle.matmul(F.conv2d(x, w).flatten(1), v)
-        out.sum().backward()
-    except Exception as exc:
-        return PrecisionSupport("fp64", False, f"paddle float64 failed: {exc}")
-    if out.dtype != paddle.float64 or w.grad is None or w.grad.dtype != paddle.float64:
-        return PrecisionSupport("fp64", False, f"paddle computed {out.dtype}, not float64")
-    return PrecisionSupport("fp64", True, "float64 model (parity mode)")
+def _float64_dtypes(place: Any) -> tuple[Any, Any]:
+    """A float64 convolution and dense layer, forward and backward on ``place``."""
+    x = paddle.randn([2, 1, 8, 8], dtype="float64").to(place)
+    w = paddle.randn([4, 1, 3, 3], dtype="float64").to(place)
+    v = paddle.randn([144, 10], dtype="float64").to(place)
+    w.stop_gradient = False
+    out = paddle.matmul(F.conv2d(x, w).flatten(1), v)
+    out.sum().backward()
+    return out.dtype, None if w.grad is None else w.grad.dtype
 
 
 def _has_kernel(place: Any, precision: str) -> bool:

@@ -5,114 +5,41 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import io
 import sys
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from polytrain.backend.base import Backend, Device, Model, Tensor, check_params
+from polytrain.backend.base import Backend, Device, Model, Tensor
+from polytrain.backend.collectives import check_reduce_op
+from polytrain.backend.devices import DeviceSeq
 from polytrain.backend.functional import FunctionalOps
-from polytrain.backend.precision import PRECISIONS, PrecisionSupport, check_dtype
+from polytrain.backend.mismatch import check_params
+from polytrain.backend.model import build_inputs
+from polytrain.backend.precision import PRECISIONS, PrecisionSupport
+from polytrain.distributed.cluster import ClusterInfo
 from polytrain.errors import BackendError, CheckpointError, ClusterError
-from polytrain.neutral.models import (
-    AvgPool2d,
-    BatchNorm2d,
-    Conv2d,
-    Dropout,
-    Flatten,
-    GlobalAvgPool2d,
-    Layer,
-    Linear,
-    MaxPool2d,
-    ModelSpec,
-    ReLU,
-    Residual,
-    Sequential,
-)
+from polytrain.neutral.models import ModelSpec
 from polytrain.neutral.optim import Optimizer, OptimizerConfig
 from polytrain.utils.fileio import atomic_path
 
-from . import _inspect, _precision
+from . import _devices, _inspect, _parallel, _precision
+from ._layers import build, unwrap
+from ._model import TorchModel
 from ._optim import TorchOptimizer
 
 _SKIP = ("num_batches_tracked",)
 _NUMPY = {torch.float32: np.float32, torch.float64: np.float64}  # parameter dtypes
 
 
-class _Residual(nn.Module):
-    def __init__(self, body: nn.Module, shortcut: nn.Module | None) -> None:
-        super().__init__()
-        self.body = body
-        self.shortcut = shortcut
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        s = x if self.shortcut is None else self.shortcut(x)
-        return F.relu(self.body(x) + s)
-
-
-def _build(layer: Layer) -> nn.Module:
-    if isinstance(layer, Sequential):
-        return nn.Sequential(OrderedDict((n, _build(c)) for n, c in layer.layers))
-    if isinstance(layer, Residual):
-        short = None if layer.shortcut is None else _build(layer.shortcut)
-        return _Residual(_build(layer.body), short)
-    if isinstance(layer, Conv2d):
-        return nn.Conv2d(
-            layer.in_channels,
-            layer.out_channels,
-            layer.kernel_size,
-            stride=layer.stride,
-            padding=layer.padding,
-            bias=layer.bias,
-        )
-    if isinstance(layer, Linear):
-        return nn.Linear(layer.in_features, layer.out_features, bias=layer.bias)
-    if isinstance(layer, BatchNorm2d):
-        return nn.BatchNorm2d(layer.num_features, eps=layer.eps, momentum=layer.momentum)
-    if isinstance(layer, ReLU):
-        return nn.ReLU()
-    if isinstance(layer, MaxPool2d):
-        return nn.MaxPool2d(layer.kernel_size, layer.stride, layer.padding)
-    if isinstance(layer, AvgPool2d):
-        return nn.AvgPool2d(
-            layer.kernel_size,
-            layer.stride,
-            layer.padding,
-            ceil_mode=layer.ceil_mode,
-            count_include_pad=layer.count_include_pad,
-        )
-    if isinstance(layer, GlobalAvgPool2d):
-        return nn.AdaptiveAvgPool2d(1)
-    if isinstance(layer, Flatten):
-        return nn.Flatten()
-    if isinstance(layer, Dropout):
-        return nn.Dropout(layer.p)
-    raise BackendError(f"torch backend cannot build layer {layer!r}")
-
-
-def _unwrap(module: nn.Module) -> nn.Module:
-    """The user's module inside DataParallel/DDP wrappers (no ``module.`` prefixes)."""
-    while isinstance(module, nn.DataParallel | nn.parallel.DistributedDataParallel):
-        module = module.module
-    return module
-
-
 def _strip_prefix(state: dict[str, Any]) -> dict[str, Any]:
     if state and all(k.startswith("module.") for k in state):
         return {k[len("module.") :]: v for k, v in state.items()}
     return state
-
-
-def _on_distinct_gpus(tensors: Sequence[torch.Tensor]) -> bool:
-    """One tensor per GPU: torch.cuda.comm's reduce/broadcast apply (NCCL when present)."""
-    devices = [t.device for t in tensors]
-    return all(d.type == "cuda" for d in devices) and len(set(devices)) == len(devices)
 
 
 class TorchBackend(Backend):
@@ -147,17 +74,10 @@ class TorchBackend(Backend):
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
     def device(self, name: str) -> Device:
-        kind, _, index = name.partition(":")
-        if kind == "cpu":  # cpu:K is an emulated device: a replica in host memory
-            return torch.device("cpu", int(index)) if index else torch.device("cpu")
-        if kind == "gpu":
-            return torch.device("cuda", int(index or 0))
-        raise BackendError(f"Unknown device name {name!r}; use cpu, cpu:K or gpu:K.")
+        return _devices.native_device(name)
 
     def device_name(self, device: Device) -> str:
-        dev = torch.device(device)
-        kind = "gpu" if dev.type == "cuda" else dev.type
-        return kind if dev.index is None else f"{kind}:{dev.index}"
+        return _devices.neutral_name(device)
 
     # -- tensors --------------------------------------------------------------------------
 
@@ -171,92 +91,43 @@ class TorchBackend(Backend):
         return tensor.detach().cpu().numpy().copy()
 
     def allreduce(self, tensors: Sequence[Tensor], op: str) -> None:
-        if op not in ("sum", "mean"):
-            raise BackendError(f"allreduce op must be 'sum' or 'mean', got {op!r}.")
-        with torch.no_grad():
-            gpus = _on_distinct_gpus(tensors)
-            if gpus:  # untested here (no GPU): torch.cuda.comm, NCCL when available
-                from torch.cuda import comm
-
-                total = comm.reduce_add(list(tensors), tensors[0].device.index)
-            else:  # emulated cpu:K devices: an ordinary reduction in host memory
-                total = tensors[0].clone()
-                for t in tensors[1:]:
-                    total.add_(t.to(total.device))
-            count = len(tensors)
-            if self.world_size > 1:
-                import torch.distributed as dist
-
-                dist.all_reduce(total, op=dist.ReduceOp.SUM)
-                count *= self.world_size
-            if op == "mean":
-                total.div_(count)
-            if gpus and len(tensors) > 1:
-                tensors[0].copy_(total)
-                comm.broadcast(tensors[0], out=list(tensors[1:]))
-                return
-            for t in tensors:
-                t.copy_(total)
+        _parallel.allreduce(tensors, check_reduce_op(op), self.world_size)
 
     def broadcast(self, tensors: Sequence[Tensor], src: int = 0) -> None:
-        with torch.no_grad():
-            source = tensors[src]
-            if self.world_size > 1:
-                import torch.distributed as dist
-
-                dist.broadcast(source, src=0)
-            for i, t in enumerate(tensors):
-                if i != src:
-                    t.copy_(source)
+        _parallel.broadcast(tensors, src, self.world_size)
 
     # -- models ---------------------------------------------------------------------------
 
     def build_model(
-        self,
-        model: ModelSpec | Any,
-        devices: Sequence[Device] | None = None,
-        *,
-        dtype: str = "float32",
+        self, model: ModelSpec | Any, devices: DeviceSeq | None = None, *, dtype: str = "float32"
     ) -> Model:
-        devices = list(devices) if devices else [self.device("cpu")]
-        check_dtype(dtype)
-        spec = model if isinstance(model, ModelSpec) else None
-        if spec is not None:
-            native = _build(spec.net)
-        elif isinstance(model, nn.Module):
-            native = _unwrap(model)
-        else:
-            raise BackendError(
-                f"torch backend builds a polytrain ModelSpec or wraps a torch.nn.Module, "
-                f"not {type(model).__name__}."
-            )
+        spec, devices = build_inputs(self, model, devices, dtype, nn.Module, "torch.nn.Module")
+        native = unwrap(cast(nn.Module, model)) if spec is None else build(spec.net)
         native.to(getattr(torch, dtype))  # parameters and float buffers, in place
         replicas = [native.to(devices[0])]
         replicas += [copy.deepcopy(native).to(d) for d in devices[1:]]
-        names = [n for n, _ in native.named_parameters()]
-        return Model(
+        return TorchModel(
             native=native,
             devices=devices,
             replicas=replicas,
             spec=spec,
-            private={
-                "names": names,
-                "training": [None] * len(devices),
-                # --fast: torch.compile (compiles at the first call; off by default, it did
-                # not pay for LeNet on a 2-core CPU: docs/performance.md)
-                "run": [torch.compile(r) for r in replicas] if self.fast else replicas,
-            },
             dtype=dtype,
+            names=[n for n, _ in native.named_parameters()],
+            training=[None] * len(devices),
+            # --fast: torch.compile (compiles at the first call; off by default, it did
+            # not pay for LeNet on a 2-core CPU: docs/performance.md)
+            run=[torch.compile(r) for r in replicas] if self.fast else replicas,
         )
 
     def _state(self, module: nn.Module) -> dict[str, torch.Tensor]:
         return {k: v for k, v in module.state_dict().items() if not k.endswith(_SKIP)}
 
     def get_params(self, model: Model, replica: int = 0) -> dict[str, np.ndarray]:
-        return {k: self.to_numpy(v) for k, v in self._state(model.replicas[replica]).items()}
+        state = self._state(TorchModel.of(model).replicas[replica])
+        return {k: self.to_numpy(v) for k, v in state.items()}
 
     def set_params(self, model: Model, params: dict[str, np.ndarray]) -> None:
-        expected = self._state(model.replicas[0])
+        expected = self._state(TorchModel.of(model).replicas[0])
         check_params(expected, params, lambda t: tuple(t.shape))
         with torch.no_grad():
             for replica in model.replicas:
@@ -264,25 +135,18 @@ class TorchBackend(Backend):
                     tensor.copy_(torch.from_numpy(np.ascontiguousarray(params[name])))
 
     def parameter_names(self, model: Model) -> list[str]:
-        return list(model.private["names"])
-
-    def _set_mode(self, model: Model, replica: int, train: bool) -> nn.Module:
-        module = model.replicas[replica]
-        if model.private["training"][replica] is not train:
-            module.train(train)
-            model.private["training"][replica] = train
-        return module
+        return list(TorchModel.of(model).names)
 
     def forward(self, model: Model, x: Tensor, *, replica: int = 0, train: bool = False) -> Tensor:
-        self._set_mode(model, replica, train)
-        module = model.private["run"][replica]
+        own = TorchModel.of(model)
+        if own.training[replica] is not train:
+            own.replicas[replica].train(train)
+            own.training[replica] = train
+        module = own.run[replica]
         if train:
             return module(x)
         with torch.no_grad():
             return module(x)
-
-    def record(self) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
 
     def cross_entropy(
         self,
@@ -348,7 +212,7 @@ class TorchBackend(Backend):
     # -- processes ------------------------------------------------------------------------
 
     def init_distributed(
-        self, info: Any, devices: Sequence[Device], timeout: float = 120.0
+        self, info: ClusterInfo, devices: Sequence[Device], timeout: float = 120.0
     ) -> None:
         import datetime
 
@@ -407,12 +271,6 @@ class TorchBackend(Backend):
         state = {k: v.detach().cpu().clone() for k, v in model.replicas[0].state_dict().items()}
         with atomic_path(path) as tmp:
             torch.save(state, tmp)
-
-    def encode_weights(self, tensors: dict[str, np.ndarray]) -> bytes:
-        state = {k: torch.from_numpy(np.array(v, order="C")) for k, v in tensors.items()}
-        buffer = io.BytesIO()  # archive name "archive", whatever the file will be called
-        torch.save(state, buffer)
-        return buffer.getvalue()
 
     def load_native(self, model: Model, path: str) -> None:
         try:

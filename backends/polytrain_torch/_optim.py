@@ -6,7 +6,8 @@ import numpy as np
 import torch
 
 from polytrain.backend.base import Model
-from polytrain.neutral.optim import STATE_SLOTS, Optimizer, OptimizerConfig
+from polytrain.backend.optimizers import PerReplicaOptimizer
+from polytrain.neutral.optim import STATE_SLOTS, OptimizerConfig
 
 
 def _groups(model: Model, replica: int, config: OptimizerConfig) -> list[dict]:
@@ -26,24 +27,15 @@ def _native(model: Model, replica: int, config: OptimizerConfig) -> torch.optim.
     return torch.optim.Adam(groups, lr=config.lr, betas=config.betas, eps=config.epsilon)
 
 
-class TorchOptimizer(Optimizer):
-    """One torch.optim optimizer per replica; identical inputs keep replicas identical."""
+class TorchOptimizer(PerReplicaOptimizer):
+    """One torch.optim optimizer per replica."""
 
     def __init__(self, model: Model, config: OptimizerConfig) -> None:
-        super().__init__(config)
-        self.model = model
-        self.optimizers = [_native(model, i, config) for i in range(len(model.replicas))]
-        self._applied_lr = config.lr
+        super().__init__(model, config, _native)
 
-    def step(self) -> None:
-        if self.lr != self._applied_lr:
-            for opt in self.optimizers:
-                for group in opt.param_groups:
-                    group["lr"] = self.lr
-            self._applied_lr = self.lr
-        for opt in self.optimizers:
-            opt.step()
-        self.step_count += 1
+    def _apply_lr(self, optimizer: torch.optim.Optimizer, lr: float) -> None:
+        for group in optimizer.param_groups:
+            group["lr"] = lr
 
     def zero_grad(self) -> None:
         for opt in self.optimizers:

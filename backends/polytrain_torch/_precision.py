@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from polytrain.backend.precision import PrecisionSupport, cpu_flags
+from polytrain.backend.precision_verbs import probe_float64
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -54,7 +55,7 @@ def support(device_type: str, precision: str) -> PrecisionSupport:
     if precision == "fp32":
         return PrecisionSupport("fp32", True)
     if precision == "fp64":
-        return _float64_support(device_type)
+        return probe_float64("torch", lambda: _float64_dtypes(device_type), torch.float64)
     dtype = DTYPES[precision]
     try:
         device = torch.device(device_type)
@@ -74,21 +75,15 @@ def support(device_type: str, precision: str) -> PrecisionSupport:
     return PrecisionSupport(precision, True, _note(device_type, precision))
 
 
-def _float64_support(device_type: str) -> PrecisionSupport:
-    """fp64 builds the model in float64: a float64 convolution and dense layer must run
-    forward and backward on ``device_type`` and stay float64."""
-    try:
-        device = torch.device(device_type)
-        x = torch.randn(2, 1, 8, 8, device=device, dtype=torch.float64)
-        w = torch.randn(4, 1, 3, 3, device=device, dtype=torch.float64, requires_grad=True)
-        v = torch.randn(10, 144, device=device, dtype=torch.float64, requires_grad=True)
-        out = F.linear(F.conv2d(x, w).flatten(1), v)
-        out.sum().backward()
-    except Exception as exc:
-        return PrecisionSupport("fp64", False, f"torch float64 failed: {exc}")
-    if out.dtype != torch.float64 or w.grad is None or w.grad.dtype != torch.float64:
-        return PrecisionSupport("fp64", False, f"torch computed {out.dtype}, not float64")
-    return PrecisionSupport("fp64", True, "float64 model (parity mode)")
+def _float64_dtypes(device_type: str) -> tuple[torch.dtype, torch.dtype | None]:
+    """A float64 convolution and dense layer, forward and backward on ``device_type``."""
+    device = torch.device(device_type)
+    x = torch.randn(2, 1, 8, 8, device=device, dtype=torch.float64)
+    w = torch.randn(4, 1, 3, 3, device=device, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(10, 144, device=device, dtype=torch.float64, requires_grad=True)
+    out = F.linear(F.conv2d(x, w).flatten(1), v)
+    out.sum().backward()
+    return out.dtype, None if w.grad is None else w.grad.dtype
 
 
 def _note(device_type: str, precision: str) -> str:

@@ -13,16 +13,21 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
+
+from polytrain.errors import CheckpointError
+from polytrain.utils.fileio import atomic_write_bytes
 
 PathLike = str | os.PathLike[str]
 
 
 @dataclass(frozen=True)
 class LayoutRules:
-    """How a framework names and lays out the canonical (PyTorch) tensors of each layer
-    kind (the class names of :mod:`polytrain.neutral.models`: ``Linear``, ``BatchNorm2d``)."""
+    """How a format names and lays out the canonical (PyTorch) tensors of each layer kind
+    (the class names of :mod:`polytrain.neutral.models`: ``Linear``, ``BatchNorm2d``).
+    No renames and nothing transposed: the format is canonical."""
 
     renames: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """layer kind -> {canonical leaf: native leaf}, e.g. BatchNorm2d running_mean -> _mean."""
@@ -32,6 +37,28 @@ class LayoutRules:
     """layer kind -> native-only leaves written as they are (and ignored when read)."""
     strip_prefixes: tuple[str, ...] = ()
     """prefixes removed from every name when all names carry one (``module.`` of DDP)."""
+    note: str = "canonical layout"
+    """how messages describe this layout, e.g. ``Paddle layout, Linear [in, out]``"""
+
+    @property
+    def canonical(self) -> bool:
+        """Names and layout are the canonical ones (constants aside)."""
+        return not any(self.renames.values()) and not any(self.transposed.values())
+
+    @property
+    def ignored_suffixes(self) -> tuple[str, ...]:
+        """Name endings skipped when reading: the constants' leaves (``.num_batches_tracked``)."""
+        return tuple(sorted({f".{leaf}" for leaves in self.constants.values() for leaf in leaves}))
+
+    def native_leaf(self, kind: str, leaf: str) -> str:
+        return self.renames.get(kind, {}).get(leaf, leaf)
+
+    def is_transposed(self, kind: str, leaf: str) -> bool:
+        return leaf in self.transposed.get(kind, frozenset())
+
+    def canonical_leaves(self) -> dict[str, str]:
+        """native leaf -> canonical leaf over every layer kind, for files of unknown models."""
+        return {native: leaf for names in self.renames.values() for leaf, native in names.items()}
 
 
 class NativeFormat(ABC):
@@ -43,6 +70,8 @@ class NativeFormat(ABC):
     """for messages, e.g. ``Paddle .pdparams``"""
     suffix: str
     """the usual file suffix, e.g. ``.pdparams`` (never used to recognise a file)"""
+    signature: str = ""
+    """how its files start, for messages, e.g. ``80 ..``"""
     layout: LayoutRules = LayoutRules()
     order: int = 100
     """detection and listing order (the lowest first)"""
@@ -60,4 +89,25 @@ class NativeFormat(ABC):
 
     @abstractmethod
     def encode(self, tensors: Mapping[str, np.ndarray]) -> bytes:
-        """The file's bytes for these native tensors (names and layout already native)."""
+        """The file's bytes for these native tensors (names and layout already native).
+        May import the framework (an ImportError then says it is missing)."""
+
+    def layer_kinds(self, path: PathLike) -> Mapping[str, str] | None:
+        """native name -> layer kind as the file itself records it (a name table), for a
+        model that is none of the built-in ones; None when the file records none."""
+        return None
+
+    def write(self, path: PathLike, tensors: Mapping[str, np.ndarray]) -> None:
+        """Write ``tensors`` (native names and layout) to ``path``, atomically."""
+        if Path(path).is_dir():
+            raise CheckpointError(f"{path} is a directory: give a file name for a native file.")
+        bad = [f"{k!r} ({np.asarray(v).dtype})" for k, v in tensors.items() if not _numeric(v)]
+        if bad:
+            raise CheckpointError(
+                f"A {self.label} file holds numeric arrays only, not {', '.join(bad[:4])}."
+            )
+        atomic_write_bytes(path, self.encode(tensors))
+
+
+def _numeric(value: object) -> bool:
+    return isinstance(value, np.ndarray | np.generic) and value.dtype.kind in "fiucb"

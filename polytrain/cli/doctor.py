@@ -70,9 +70,18 @@ def probe_backend(name: str) -> dict[str, Any]:
 
 
 def probe_collective(name: str, timeout: float = PROBE_TIMEOUT) -> dict[str, Any]:
-    """A two-process allreduce on loopback through ``polytrain launch``."""
-    from polytrain.distributed.launch import LaunchSpec, launch
+    """A two-process allreduce on loopback through ``polytrain launch``, with the launcher
+    the backend's plugin registers; its ``collectives`` name the engine in the report."""
+    from polytrain.distributed.launch import launch
+    from polytrain.distributed.launcher import LaunchSpec
+    from polytrain.plugins.registry import registered_backends, registered_launchers
 
+    info = registered_backends().get(name)
+    launcher = registered_launchers().get(name)
+    if launcher is None:
+        return {"ok": False, "why": f"the plugin of {name!r} registers no launcher"}
+    if launcher.unsupported:
+        return {"ok": False, "why": launcher.unsupported}
     port = free_port()
     cmd = [sys.executable, "-m", "polytrain.cli.doctor", "--allreduce-worker", name]
     t0 = time.perf_counter()
@@ -80,21 +89,15 @@ def probe_collective(name: str, timeout: float = PROBE_TIMEOUT) -> dict[str, Any
         spec = LaunchSpec(backend=name, command=cmd, nproc_per_node=2,
                           master=f"127.0.0.1:{port}", log_dir=logs)  # fmt: skip
         try:
-            code = _quietly(lambda: launch(spec), timeout)
+            code = _quietly(lambda: launch(spec, launcher), timeout)
         except Exception as exc:  # reported, not raised
             return {"ok": False, "why": f"{type(exc).__name__}: {exc}"}
     seconds = round(time.perf_counter() - t0, 1)
     if code == 0:
-        return {"ok": True, "seconds": seconds, "engine": ENGINES.get(name, "?")}
+        engine = (info.collectives if info else "") or launcher.name
+        return {"ok": True, "seconds": seconds, "engine": engine}
     return {"ok": False, "why": f"the 2-process allreduce exited with code {code}",
             "seconds": seconds}  # fmt: skip
-
-
-ENGINES = {
-    "torch": "torch.distributed (gloo)",
-    "paddle": "paddle.distributed (gloo)",
-    "mxnet": "kvstore dist_sync (ps-lite)",
-}
 
 
 def _quietly(fn: Any, timeout: float) -> int:
@@ -117,10 +120,11 @@ def _quietly(fn: Any, timeout: float) -> int:
 def allreduce_worker(name: str) -> int:
     """One rank of the collective probe: sum rank+1 over two processes."""
     from polytrain.distributed.cluster import resolve
-    from polytrain.plugins.registry import get_backend
+    from polytrain.plugins.registry import cluster_environments, get_backend
 
     backend = get_backend(name, threads=1)
-    backend.init_distributed(resolve(), backend.devices("cpu"), timeout=60)
+    info = resolve(environments=cluster_environments())
+    backend.init_distributed(info, backend.devices("cpu"), timeout=60)
     total = backend.allreduce_numbers([backend.rank + 1.0])[0]
     backend.shutdown_distributed()
     return 0 if total == 3.0 else 1

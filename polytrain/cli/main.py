@@ -10,13 +10,16 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from polytrain.errors import ConfigError, PolytrainError
 from polytrain.training.recipe import Recipe
 
+if TYPE_CHECKING:
+    from polytrain.backend.native_format import NativeFormat
+    from polytrain.distributed.launcher import Launcher
+
 Command = Callable[[argparse.Namespace], int]
-BUILTIN_ORDER = ("torch", "paddle", "mxnet")
 
 
 def _console() -> Any:
@@ -306,16 +309,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """Run one recipe on several backends and report the differences."""
     from polytrain.parity.compare import Tolerances, compare
     from polytrain.parity.report import lockstep_table, pairs_table, table
-    from polytrain.plugins.registry import installed_backends
+    from polytrain.plugins.registry import installed_backends, registered_backends
 
     if args.backends:
         backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    else:  # the built-in ones in a fixed order (torch is the canonical reference), then others
-        installed = installed_backends()
-        backends = [b for b in BUILTIN_ORDER if b in installed]
-        backends += [b for b in installed if b not in BUILTIN_ORDER]
+    else:  # in the plugins' BackendInfo.order
+        backends = installed_backends()
     tol = Tolerances(args.tol_loss, args.parity_steps, args.tol_acc)
-    reference = args.reference or ("torch" if "torch" in backends else None)
+    reference = args.reference or first_in_order(backends, list(registered_backends()))
     result = compare(
         backends,
         recipe_from_args(args),
@@ -357,12 +358,35 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def first_in_order(backends: Sequence[str], order: Sequence[str]) -> str | None:
+    """The backend of ``backends`` that comes first in ``order`` (compare's reference);
+    names not in ``order`` come after, as given."""
+    rank = {name: i for i, name in enumerate(order)}
+    ranked = sorted(enumerate(backends), key=lambda ib: (rank.get(ib[1], len(rank)), ib[0]))
+    return ranked[0][1] if ranked else None
+
+
 # -- launch and env -------------------------------------------------------------------------
+
+
+def launcher_for(backend: str) -> Launcher:
+    """The launcher the plugin of ``backend`` registers; one clear error if there is none."""
+    from polytrain.plugins.registry import registered_launchers, resolve_backend_name
+
+    resolve_backend_name(backend)  # unknown, broken or not installed: its own clear error
+    launchers = registered_launchers()
+    if backend not in launchers:
+        raise ConfigError(
+            f"Backend {backend!r} registers no launcher, so polytrain launch cannot start its "
+            "processes; its plugin must implement polytrain_register_launchers."
+        )
+    return launchers[backend]
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
     """Run a command on several processes through the backend's own engine."""
-    from polytrain.distributed.launch import LaunchSpec, launch
+    from polytrain.distributed.launch import launch
+    from polytrain.distributed.launcher import LaunchSpec
 
     command = list(args.cmd)
     if command and command[0] == "--":
@@ -379,14 +403,15 @@ def cmd_launch(args: argparse.Namespace) -> int:
         host=args.host,
         timeout=args.timeout,
     )
-    return launch(spec)
+    return launch(spec, launcher_for(args.backend))
 
 
 def cmd_env(args: argparse.Namespace) -> int:
     """Which process this is, as the launcher's environment says."""
     from polytrain.distributed.cluster import explain, resolve
+    from polytrain.plugins.registry import cluster_environments
 
-    info = resolve()
+    info = resolve(environments=cluster_environments())
     if args.json:
         from dataclasses import asdict
 
@@ -437,6 +462,17 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _convert_formats() -> dict[str, NativeFormat]:
+    """The registered native formats, for the convert parser ({} when a plugin fails to
+    declare them: convert then reports that itself)."""
+    from polytrain.plugins.registry import registered_formats
+
+    try:
+        return registered_formats()
+    except PolytrainError:
+        return {}
+
+
 # -- parser ---------------------------------------------------------------------------------
 
 
@@ -463,7 +499,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--backend",
         default=None,
-        help="torch, paddle, mxnet (default: $POLYTRAIN_BACKEND or the only installed)",
+        help="a registered backend, see polytrain backends (default: $POLYTRAIN_BACKEND or "
+        "the only installed)",
     )
     add_recipe_arguments(p)
     p.add_argument("--out", default=None, help="directory for metrics.jsonl and checkpoints")
@@ -520,13 +557,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="Example: polytrain launch --backend torch --nproc-per-node 2 --log-dir logs "
         "-- polytrain train --backend torch --epochs 1",
     )
-    p.add_argument("--backend", required=True, help="torch, paddle or mxnet")
+    p.add_argument("--backend", required=True, help="the backend whose engine starts the processes")
     p.add_argument("--nproc-per-node", type=int, default=1)
     p.add_argument("--nnodes", type=int, default=1)
     p.add_argument("--node-rank", type=int, default=0)
     p.add_argument("--master", default="127.0.0.1:29500", help="HOST:PORT of node 0")
     p.add_argument("--log-dir", default=None, help="worker output in LOG_DIR/workerlog.N")
-    p.add_argument("--num-servers", type=int, default=1, help="MXNet: servers per node")
+    p.add_argument(
+        "--num-servers",
+        type=int,
+        default=1,
+        help="parameter servers per node, where the engine has them",
+    )
     p.add_argument(
         "--host", default=None, help="this node's address for the others (default: routed)"
     )
@@ -546,15 +588,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_doctor, subparser=p)
 
+    formats = _convert_formats()
     p = sub.add_parser(
         "convert",
-        help="convert weights: PyTorch .pt, Paddle .pdparams, MXNet .params, neutral checkpoint",
+        help=f"convert weights: {', '.join(f.label for f in formats.values())}, neutral",
         description="Example: polytrain convert mnist.pdparams mnist.pt --to torch. The input "
         "format is detected from the content; see docs/porting.md.",
     )
-    p.add_argument("input", help="a .pt/.pdparams/.params file or a checkpoint (run) directory")
+    suffixes = "/".join(f.suffix for f in formats.values())
+    p.add_argument("input", help=f"a {suffixes} file or a checkpoint (run) directory")
     p.add_argument("output", help="the file to write (a directory for --to neutral)")
-    p.add_argument("--to", required=True, choices=["torch", "paddle", "mxnet", "neutral"])
+    p.add_argument("--to", required=True, choices=[*formats, "neutral"] if formats else None)
     p.add_argument("--model", default=None, help="built-in model (default: detected)")
     p.add_argument("--map", default=None, help="JSON name map for your own model")
     p.add_argument(

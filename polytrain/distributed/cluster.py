@@ -1,9 +1,12 @@
 """Which process is this? Read from the launcher's environment variables, no framework needed.
 
-Every launcher (torchrun, paddle launch, ps-lite/DMLC, SLURM's srun, mpirun) states rank and
-world size in variables of its own. One small class per launcher reads them; :func:`resolve`
-tries :data:`ENVIRONMENTS` in order and returns the first match as a :class:`ClusterInfo`
-whose ``reasons`` say what was read and why (``polytrain env --explain`` prints them).
+Every launcher states rank and world size in variables of its own. One small
+:class:`ClusterEnvironment` per launcher reads them: the engines' own launchers come
+with their backend plugins (``Launcher.environment``, collected by
+``polytrain.plugins.registry.cluster_environments``), SLURM's srun, mpirun and the
+single process are here (:data:`GENERIC_ENVIRONMENTS`). :func:`resolve` tries them in
+order and returns the first match as a :class:`ClusterInfo` whose ``reasons`` say what
+was read and why (``polytrain env --explain`` prints them).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -32,8 +35,8 @@ class ClusterInfo:
     master_port: int | None
     source: str
     reasons: tuple[str, ...] = ()
-    role: str = "worker"  # DMLC only: "worker", "server" or "scheduler"
-    num_servers: int = 0  # DMLC only
+    role: str = "worker"  # parameter-server jobs: "worker", "server" or "scheduler"
+    num_servers: int = 0  # parameter-server jobs only
 
     @property
     def is_distributed(self) -> bool:
@@ -45,7 +48,8 @@ def _show(name: str, value: object) -> str:
     return f"{name}={value}" if re.fullmatch(r"[A-Z0-9_]+", name) else f"the {name} ({value})"
 
 
-def _below(value: int, name: str, limit: int, limit_name: str) -> None:
+def check_below(value: int, name: str, limit: int, limit_name: str) -> None:
+    """A rank must be below its count; ``name``: a variable, or a worked-out quantity."""
     if value >= limit:
         raise ClusterError(
             f"{_show(name, value)} must be below {_show(limit_name, limit)} (ranks count from 0). "
@@ -53,7 +57,8 @@ def _below(value: int, name: str, limit: int, limit_name: str) -> None:
         )
 
 
-def _port(name: str, value: str) -> int:
+def parse_port(name: str, value: str) -> int:
+    """The TCP port in variable ``name``, or an error naming it."""
     if value.strip().isdigit() and 0 < int(value) < 65536:
         return int(value)
     raise ClusterError(
@@ -61,7 +66,7 @@ def _port(name: str, value: str) -> int:
     )
 
 
-class _Reader:
+class VariableReader:
     """Reads one source's variables, remembering each one read for the reasons."""
 
     def __init__(self, env: Mapping[str, str], source: ClusterEnvironment) -> None:
@@ -116,7 +121,7 @@ class _Reader:
                 "processes cannot find rank 0. Export both on every process, e.g. "
                 "MASTER_ADDR=<host of rank 0> MASTER_PORT=29500."
             )
-        return addr, None if port is None else _port("MASTER_PORT", port)
+        return addr, None if port is None else parse_port("MASTER_PORT", port)
 
     def info(
         self,
@@ -140,14 +145,14 @@ class _Reader:
         pairs = zip(self.labels.split(), generic, strict=True)
         labels = [self.name(v) if v in self.found else g for v, g in pairs]
         n_rank, n_world, n_local, n_local_world, n_node, n_nodes = labels
-        _below(rank, n_rank, world_size, n_world)
-        _below(local_rank, n_local, local_world_size, n_local_world)
+        check_below(rank, n_rank, world_size, n_world)
+        check_below(local_rank, n_local, local_world_size, n_local_world)
         if local_world_size > world_size:
             raise ClusterError(
                 f"{_show(n_local_world, local_world_size)} is more than "
                 f"{_show(n_world, world_size)}: a node cannot hold more processes than the job."
             )
-        _below(node_rank, n_node, num_nodes, n_nodes)
+        check_below(node_rank, n_node, num_nodes, n_nodes)
         read = f"; read {', '.join(self.read)}" if self.read else ""
         return ClusterInfo(
             rank=rank,
@@ -175,123 +180,14 @@ class ClusterEnvironment(ABC):
     def detect(self, env: Mapping[str, str]) -> ClusterInfo | None:
         if not any(v in env for v in self.variables):
             return None
-        return self._read(_Reader(env, self))
+        return self.read_info(VariableReader(env, self))
 
     def why_absent(self, env: Mapping[str, str]) -> str:
         return f"{self.name}: skipped, none of {', '.join(self.variables)} is set"
 
     @abstractmethod
-    def _read(self, r: _Reader) -> ClusterInfo:
+    def read_info(self, r: VariableReader) -> ClusterInfo:
         """Read and check the variables; raise ClusterError if they are inconsistent."""
-
-
-class TorchrunEnvironment(ClusterEnvironment):
-    name = "torchrun"
-    variables = ("RANK", "WORLD_SIZE")
-    labels = "RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE"
-
-    def _read(self, r: _Reader) -> ClusterInfo:
-        world = r.integer("WORLD_SIZE", minimum=1)
-        rank = r.integer("RANK")
-        local_world = r.integer("LOCAL_WORLD_SIZE", default=world, minimum=1)
-        local_rank = r.integer("LOCAL_RANK", default=rank % local_world)
-        node_rank = r.integer("GROUP_RANK", default=rank // local_world)
-        nodes = r.integer("GROUP_WORLD_SIZE", default=-(-world // local_world), minimum=1)
-        master = r.master(world, "WORLD_SIZE")
-        return r.info(rank, world, local_rank, local_world, node_rank, nodes, master)
-
-
-def _endpoint(name: str, entry: str) -> tuple[str, int]:
-    host, _, port = entry.strip().rpartition(":")
-    if not host:
-        raise ClusterError(
-            f"{name} has {entry!r}, which is not host:port. paddle.distributed.launch writes "
-            "e.g. 10.0.0.1:6170,10.0.0.2:6170."
-        )
-    return host.strip("[]"), _port(f"the port in {name}", port)
-
-
-class PaddleEnvironment(ClusterEnvironment):
-    name = "paddle"
-    variables = ("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "PADDLE_TRAINER_ENDPOINTS")
-    labels = "PADDLE_TRAINER_ID PADDLE_TRAINERS_NUM PADDLE_LOCAL_RANK - - -"
-
-    def _read(self, r: _Reader) -> ClusterInfo:
-        rank = r.integer("PADDLE_TRAINER_ID")
-        world = r.integer("PADDLE_TRAINERS_NUM", minimum=1)
-        _below(rank, "PADDLE_TRAINER_ID", world, "PADDLE_TRAINERS_NUM")
-        listed = r.get("PADDLE_TRAINER_ENDPOINTS")
-        if listed is None:
-            if world > 1:
-                raise ClusterError(
-                    f"PADDLE_TRAINERS_NUM={world} but PADDLE_TRAINER_ENDPOINTS is not set. Set "
-                    "it to every trainer's host:port in rank order, or launch with "
-                    "python -m paddle.distributed.launch."
-                )
-            master: tuple[str | None, int | None] = (None, None)
-            mine, endpoints = ("localhost", 0), [("localhost", 0)]
-        else:
-            endpoints = [_endpoint("PADDLE_TRAINER_ENDPOINTS", e) for e in listed.split(",")]
-            if len(endpoints) != world:
-                raise ClusterError(
-                    f"PADDLE_TRAINER_ENDPOINTS lists {len(endpoints)} endpoints but "
-                    f"PADDLE_TRAINERS_NUM={world}; there must be one per trainer."
-                )
-            master, mine = endpoints[0], endpoints[rank]
-            current = r.get("PADDLE_CURRENT_ENDPOINT")
-            if current is not None and _endpoint("PADDLE_CURRENT_ENDPOINT", current) != mine:
-                raise ClusterError(
-                    f"PADDLE_CURRENT_ENDPOINT={current!r} is not entry {rank} of "
-                    f"PADDLE_TRAINER_ENDPOINTS ({mine[0]}:{mine[1]}), which "
-                    f"PADDLE_TRAINER_ID={rank} points to. Fix whichever was set by hand."
-                )
-            r.notes.append(
-                "paddle: master is the first endpoint; local rank counts endpoints "
-                f"on host {mine[0]}"
-            )
-        same_host = [i for i, (host, _) in enumerate(endpoints) if host == mine[0]]
-        hosts = list(dict.fromkeys(host for host, _ in endpoints))
-        local = r.integer("PADDLE_LOCAL_RANK", "PADDLE_RANK_IN_NODE", default=same_host.index(rank))
-        node_rank = hosts.index(mine[0])
-        return r.info(rank, world, local, len(same_host), node_rank, len(hosts), master)
-
-
-class DMLCEnvironment(ClusterEnvironment):
-    name = "dmlc"
-    variables = ("DMLC_ROLE",)
-    labels = "POLYTRAIN_RANK DMLC_NUM_WORKER POLYTRAIN_LOCAL_RANK POLYTRAIN_LOCAL_WORLD_SIZE - -"
-
-    def _read(self, r: _Reader) -> ClusterInfo:
-        role = r.get("DMLC_ROLE")
-        if role not in ("worker", "server", "scheduler"):
-            raise ClusterError(f"DMLC_ROLE={role!r} must be one of: worker, server, scheduler.")
-        uri = r.get("DMLC_PS_ROOT_URI")
-        port = r.get("DMLC_PS_ROOT_PORT")
-        if not uri or port is None:
-            raise ClusterError(
-                "DMLC_ROLE is set but DMLC_PS_ROOT_URI or DMLC_PS_ROOT_PORT is not: every ps-lite "
-                "process needs the scheduler's address. Export both, e.g. "
-                "DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=9091."
-            )
-        master = (uri, _port("DMLC_PS_ROOT_PORT", port))
-        workers = r.integer("DMLC_NUM_WORKER", minimum=1)
-        servers = r.integer("DMLC_NUM_SERVER", minimum=1)
-        # The scheduler hands out worker ranks when the kvstore is created; until then a
-        # launcher (polytrain launch) may pass one down, else rank 0 stands in.
-        rank = r.integer("POLYTRAIN_RANK", default=0) if role == "worker" else 0
-        local_world = r.integer("POLYTRAIN_LOCAL_WORLD_SIZE", default=workers, minimum=1)
-        local = r.integer("POLYTRAIN_LOCAL_RANK", default=rank % local_world)
-        if role != "worker":
-            r.notes.append(f"dmlc: this process is a {role}, not a worker; ranks are placeholders")
-        else:
-            given = "from POLYTRAIN_RANK" if "POLYTRAIN_RANK" in r.env else "0 (no POLYTRAIN_RANK)"
-            r.notes.append(
-                f"dmlc: provisional rank {given}; the scheduler assigns the real one "
-                "when the kvstore is created"
-            )
-        node_rank, nodes = rank // local_world, -(-workers // local_world)
-        info = r.info(rank, workers, local, local_world, node_rank, nodes, master)
-        return replace(info, role=role, num_servers=servers)
 
 
 def expand_hostlist(hostlist: str, name: str = "hostlist") -> list[str]:
@@ -352,7 +248,7 @@ class SLURMEnvironment(ClusterEnvironment):
             "(SLURM_PROCID is not set); launch with srun to run one task per process"
         )
 
-    def _read(self, r: _Reader) -> ClusterInfo:
+    def read_info(self, r: VariableReader) -> ClusterInfo:
         # Step-level variables first: after salloc, job-level ones describe the allocation,
         # not the srun step this process belongs to.
         rank = r.integer("SLURM_PROCID")
@@ -367,7 +263,7 @@ class SLURMEnvironment(ClusterEnvironment):
                 f"slurm: job-level SLURM_NTASKS={job_tasks} differs from this srun "
                 f"step's SLURM_STEP_NUM_TASKS={world}; the step's count is used"
             )
-        _below(node_rank, "SLURM_NODEID", nodes, r.name("SLURM_STEP_NUM_NODES"))
+        check_below(node_rank, "SLURM_NODEID", nodes, r.name("SLURM_STEP_NUM_NODES"))
         per_node_value = r.get("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
         if per_node_value is None:
             raise ClusterError(
@@ -385,7 +281,7 @@ class SLURMEnvironment(ClusterEnvironment):
         master = self._master(r, world)
         return r.info(rank, world, local, per_node[node_rank], node_rank, nodes, master)
 
-    def _master(self, r: _Reader, world: int) -> tuple[str | None, int | None]:
+    def _master(self, r: VariableReader, world: int) -> tuple[str | None, int | None]:
         addr = r.get("MASTER_ADDR") or None
         if addr is None:
             nodelist = r.get("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
@@ -395,7 +291,7 @@ class SLURMEnvironment(ClusterEnvironment):
                     f"slurm: master is the first host of {r.name('SLURM_STEP_NODELIST')}: {addr}"
                 )
         port_value = r.get("MASTER_PORT")
-        port = None if port_value is None else _port("MASTER_PORT", port_value)
+        port = None if port_value is None else parse_port("MASTER_PORT", port_value)
         job_id = None if port is not None else r.maybe_integer("SLURM_JOB_ID", "SLURM_JOBID")
         if job_id is not None:
             port = 15000 + job_id % 5000  # same on every task of the job, unlikely to collide
@@ -412,7 +308,7 @@ class SLURMEnvironment(ClusterEnvironment):
 class _MPIEnvironment(ClusterEnvironment):
     """mpirun-style launchers: rank and local rank, no node index, no master address."""
 
-    def _read(self, r: _Reader) -> ClusterInfo:
+    def read_info(self, r: VariableReader) -> ClusterInfo:
         rank_var, size_var, local_rank_var, local_size_var = self.labels.split()[:4]
         rank = r.integer(rank_var)
         world = r.integer(size_var, minimum=1)
@@ -447,27 +343,28 @@ class SingleProcessEnvironment(ClusterEnvironment):
     variables = ()
 
     def detect(self, env: Mapping[str, str]) -> ClusterInfo:
-        return self._read(_Reader(env, self))
+        return self.read_info(VariableReader(env, self))
 
-    def _read(self, r: _Reader) -> ClusterInfo:
+    def read_info(self, r: VariableReader) -> ClusterInfo:
         r.notes.append("single: no launcher variables found; running as one process")
         return r.info(0, 1, 0, 1, 0, 1, (None, None))
 
 
-# Most specific first. A launcher's own variables beat the scheduler it runs under: torchrun
-# sets RANK etc. for exactly this process, and `srun torchrun` leaves SLURM_PROCID naming the
-# torchrun agent, not the worker, so torchrun beats SLURM. Paddle and DMLC variables are only
-# set by their launchers. SLURM beats MPI because srun's PMI plugins may also set PMI_*. MPI last:
+# After the engines' own launchers, which come first: a launcher's variables beat the
+# scheduler it runs under (`srun <launcher>` leaves SLURM_PROCID naming the launcher's agent,
+# not the worker). SLURM beats MPI because srun's PMI plugins may also set PMI_*. MPI last:
 # its variables say nothing about the master. Single process when nothing matched.
-ENVIRONMENTS: tuple[ClusterEnvironment, ...] = (
-    TorchrunEnvironment(),
-    PaddleEnvironment(),
-    DMLCEnvironment(),
+GENERIC_ENVIRONMENTS: tuple[ClusterEnvironment, ...] = (
     SLURMEnvironment(),
     OpenMPIEnvironment(),
     PMIEnvironment(),
     SingleProcessEnvironment(),
 )
+
+
+def precedence(environments: Sequence[ClusterEnvironment]) -> tuple[ClusterEnvironment, ...]:
+    """The order :func:`resolve` tries: the launchers' ``environments``, then the generic ones."""
+    return (*environments, *GENERIC_ENVIRONMENTS)
 
 
 def _also_present(winner: ClusterInfo, other: ClusterEnvironment, env: Mapping[str, str]) -> str:
@@ -485,24 +382,32 @@ def _also_present(winner: ClusterInfo, other: ClusterEnvironment, env: Mapping[s
     return f"{other.name}: also set and agrees (world size {info.world_size}); ignored"
 
 
-def resolve(env: Mapping[str, str] | None = None) -> ClusterInfo:
-    """The first environment in :data:`ENVIRONMENTS` that matches ``env`` (default os.environ)."""
+def resolve(
+    env: Mapping[str, str] | None = None, *, environments: Sequence[ClusterEnvironment]
+) -> ClusterInfo:
+    """The first of :func:`precedence` that matches ``env`` (default os.environ).
+
+    ``environments``: those of the registered launchers
+    (``polytrain.plugins.registry.cluster_environments()``); without them a process
+    started by an engine's launcher would look like a single process.
+    """
     env = os.environ if env is None else env
+    ordered = precedence(environments)
     skipped = []
-    for i, environment in enumerate(ENVIRONMENTS):
+    for i, environment in enumerate(ordered):
         info = environment.detect(env)
         if info is None:
             skipped.append(environment.why_absent(env))
             continue
-        later = [_also_present(info, other, env) for other in ENVIRONMENTS[i + 1 :]]
+        later = [_also_present(info, other, env) for other in ordered[i + 1 :]]
         _check_launch_world(info, env)
         return replace(info, reasons=(*info.reasons, *skipped, *filter(None, later)))
     raise AssertionError("unreachable: SingleProcessEnvironment always matches")
 
 
 # Set by `polytrain launch` for every process it starts: the world size that node was asked
-# for. Launchers of different nodes given different sizes may still form a job (torchrun
-# does, with its own count); this says so instead of training a job nobody asked for.
+# for. Launchers of different nodes given different sizes may still form a job (some
+# engines do, with their own count); this says so instead of training a job nobody asked for.
 LAUNCH_WORLD_VAR = "POLYTRAIN_LAUNCH_WORLD_SIZE"
 
 
@@ -528,6 +433,6 @@ def explain(info: ClusterInfo) -> str:
         f"master:           {master}",
         f"source:           {info.source}",
     ]
-    if info.source == "dmlc":
+    if info.num_servers:
         lines.append(f"role:             {info.role} ({info.num_servers} servers)")
     return "\n".join([*lines, "reasons:", *(f"  - {reason}" for reason in info.reasons)])

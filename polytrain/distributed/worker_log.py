@@ -1,7 +1,8 @@
-"""The wrapper ``polytrain launch`` puts around each torch and Paddle worker.
+"""The wrapper ``polytrain launch`` puts around each worker an engine's launcher starts.
 
-``python -m polytrain.distributed.worker_log [--log-dir DIR] [--status-dir DIR] -- CMD...`` runs the
-command as a child:
+``python -m polytrain.distributed.worker_log --rank-var VAR [--log-dir DIR] [--status-dir DIR]
+-- CMD...`` runs the command as a child; the worker's rank is read from the variable
+``VAR``, which the engine's launcher sets (the plugin's launcher names it):
 
 * its output goes to ``DIR/workerlog.<rank>`` (as Paddle's launcher does) when a log
   directory is given;
@@ -26,15 +27,19 @@ import time
 from pathlib import Path
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-RANK_VARS = ("RANK", "PADDLE_TRAINER_ID", "POLYTRAIN_RANK")  # torchrun, paddle launch, ours
+USAGE = "usage: worker_log --rank-var VAR [--log-dir DIR] [--status-dir DIR] -- CMD [ARGS...]"
 
 
-def rank_from_env() -> int:
-    for var in RANK_VARS:
-        value = os.environ.get(var, "").strip()
-        if value.isdigit():
-            return int(value)
-    return 0
+def rank_from_env(variable: str) -> int:
+    """The worker's rank, from the variable its engine's launcher sets."""
+    value = os.environ.get(variable, "").strip()
+    if not value.isdigit():
+        shown = "is not set" if variable not in os.environ else f"is {value!r}, not a rank"
+        sys.exit(
+            f"polytrain worker_log: {variable} {shown}; the engine's launcher sets it for "
+            "every worker: run this through polytrain launch."
+        )
+    return int(value)
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -43,19 +48,21 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 
 def main(argv: list[str]) -> int:
-    log_dir = status_dir = None
+    log_dir = status_dir = rank_var = None
     while argv and argv[0] != "--":
         flag, value, argv = argv[0], argv[1] if len(argv) > 1 else "", argv[2:]
         if flag == "--log-dir":
             log_dir = Path(value)
         elif flag == "--status-dir":
             status_dir = Path(value)
+        elif flag == "--rank-var":
+            rank_var = value
         else:
-            sys.exit(f"usage: worker_log [--log-dir DIR] [--status-dir DIR] -- CMD...; got {flag}")
+            sys.exit(f"{USAGE}; got {flag}")
     cmd = argv[1:]
-    if not cmd:
-        sys.exit("usage: worker_log [--log-dir DIR] [--status-dir DIR] -- CMD [ARGS...]")
-    rank = rank_from_env()
+    if not cmd or not rank_var:
+        sys.exit(USAGE)
+    rank = rank_from_env(rank_var)
     output = None
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)

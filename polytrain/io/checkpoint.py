@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import safetensors.numpy as stnp
 
+from polytrain.backend.mismatch import compare_shapes, name_list
 from polytrain.errors import CheckpointError, ConfigError
 from polytrain.neutral.models import ModelSpec
 from polytrain.utils.fileio import atomic_write_text, fsync_dir
@@ -99,7 +100,7 @@ def save_checkpoint(
     for a ``--precision fp64`` run, so that it resumes exactly). Raises
     :class:`CheckpointError` before touching ``directory`` if an input cannot be stored,
     or if ``directory`` exists and is not a checkpoint."""
-    from polytrain import __version__
+    from polytrain._version import __version__
 
     if param_dtype not in ("float32", "float64"):
         raise CheckpointError(f"param_dtype must be float32 or float64, not {param_dtype!r}.")
@@ -326,7 +327,7 @@ _MANIFEST_TYPES: dict[str, Any] = {
 
 def read_manifest(directory: PathLike) -> dict[str, Any]:
     """The parsed manifest of a checkpoint directory, its format and version checked."""
-    from polytrain import __version__
+    from polytrain._version import __version__
 
     file = Path(directory) / MANIFEST_FILE
     try:
@@ -454,25 +455,17 @@ def _check_spec(directory: Path, manifest: Mapping[str, Any], spec: ModelSpec) -
 def _shape_problems(
     have: Mapping[str, tuple[int, ...]], want: Mapping[str, tuple[int, ...]], label: str
 ) -> str:
-    def names(items: list[str]) -> str:
-        more = f", ... and {len(items) - _LIST_MAX} more" if len(items) > _LIST_MAX else ""
-        return ", ".join(items[:_LIST_MAX]) + more
-
-    missing = [n for n in want if n not in have]
-    unexpected = [n for n in have if n not in want]
-    wrong = [
-        f"{n} ({label} {tuple(have[n])}, model {tuple(want[n])})"
-        for n in want
-        if n in have and tuple(have[n]) != tuple(want[n])
-    ]
-    lines = [f"  missing from the {label} ({len(missing)}): {names(missing)}"] if missing else []
-    lines += (
-        [f"  unexpected in the {label} ({len(unexpected)}): {names(unexpected)}"]
-        if unexpected
-        else []
+    found = compare_shapes(want, have)
+    wrong = [f"{w.name} ({label} {w.found}, model {w.expected})" for w in found.wrong_shape]
+    return "\n".join(
+        f"  {head} ({len(items)}): {name_list(items, _LIST_MAX)}"
+        for head, items in (
+            (f"missing from the {label}", found.missing),
+            (f"unexpected in the {label}", found.unexpected),
+            ("wrong shape", wrong),
+        )
+        if items
     )
-    lines += [f"  wrong shape ({len(wrong)}): {names(wrong)}"] if wrong else []
-    return "\n".join(lines)
 
 
 def describe_checkpoint(path: PathLike) -> str:

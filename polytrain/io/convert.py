@@ -1,19 +1,15 @@
-"""Convert weights between PyTorch, Paddle, MXNet and neutral checkpoints, without the
-frameworks (writing a .pt needs torch). ``polytrain convert IN OUT --to FRAMEWORK``.
+"""Convert weights between the registered native formats (PyTorch .pt, Paddle .pdparams,
+MXNet .params, ...) and neutral checkpoints, without the frameworks (a format whose
+writing needs its framework, like .pt, says so). ``polytrain convert IN OUT --to FORMAT``.
 
-Canonical names and layout are PyTorch's (DESIGN.md contract 7). A :class:`NameMap` says,
-for one framework, which native tensor holds each canonical one and whether it is stored
-transposed. The maps of the built-in models follow from the spec and agree with what each
-backend's ``save_native`` writes and ``load_native`` reads:
-
-=======  ==========================================================================
-torch    identical; BatchNorm also has ``num_batches_tracked`` (written as 0, ignored
-         when read: the specs' fixed momentum never uses it); ``module.`` prefixes of
-         DataParallel/DDP state dicts are removed
-paddle   Linear ``weight`` is stored [in, out] (transposed); BatchNorm running_mean /
-         running_var are ``_mean`` / ``_variance``
-mxnet    BatchNorm weight / bias are ``gamma`` / ``beta``; Dense is [out, in] like torch
-=======  ==========================================================================
+Canonical names and layout are PyTorch's. A :class:`NameMap` says, for one format, which
+native tensor holds each canonical one and whether it is stored transposed. The maps of
+the built-in models follow from the spec and the format's
+:class:`~polytrain.backend.native_format.LayoutRules`, declared by its plugin (see each
+backend's ``_format.py``); they agree with what each backend's ``save_native`` writes
+and ``load_native`` reads: PyTorch identical (plus ``num_batches_tracked``, and without
+DDP's ``module.``), Paddle with Linear weights [in, out] and BatchNorm ``_mean`` /
+``_variance``, MXNet with BatchNorm ``gamma`` / ``beta``.
 
 For your own model, give a JSON map (``--map FILE``, or :func:`load_map` in Python)::
 
@@ -22,15 +18,16 @@ For your own model, give a JSON map (``--map FILE``, or :func:`load_map` in Pyth
      "classifier.bias": "fc.bias"}
 
 Keys are canonical names (your PyTorch model's state-dict names); ``native`` is the
-name in the other framework's file, ``transpose`` (default false) says it is stored
+name in the other format's file, ``transpose`` (default false) says it is stored
 transposed (Paddle's Linear), ``shape`` (optional, canonical) is checked; a plain string
-is short for ``{"native": ...}``. The map describes the Paddle or MXNet side of a
-conversion (the PyTorch side is canonical); to convert between Paddle and MXNet give one
-per framework: ``{"paddle": {...}, "mxnet": {...}}``. With ``--model`` too, the map
+is short for ``{"native": ...}``. The map describes the non-canonical side of a
+conversion (the PyTorch side is canonical); to convert between two non-canonical formats
+give one per format: ``{"paddle": {...}, "mxnet": {...}}``. With ``--model`` too, the map
 overrides the built-in entries it names. Without a model or a map, a model that is none
-of the built-in ones converts by generic rules where those are safe: PyTorch and neutral
-as they are; MXNet with gamma/beta renamed; Paddle with _mean/_variance renamed and, when
-the file's name table says which weights belong to Linear layers, those transposed.
+of the built-in ones converts by generic rules where those are safe: canonical formats
+and neutral as they are; the others with their renames undone (MXNet gamma/beta, Paddle
+_mean/_variance) and, where a format stores some layer's weights transposed, only when
+the file's own name table says which 2-D tensors those are.
 """
 
 from __future__ import annotations
@@ -44,33 +41,24 @@ from typing import Any
 
 import numpy as np
 
+from polytrain.backend.mismatch import compare_names, compare_shapes, name_list
+from polytrain.backend.native_format import NativeFormat
 from polytrain.errors import CheckpointError, ConfigError, PolytrainError
 from polytrain.io import native as native_io
 from polytrain.io.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
-from polytrain.io.native import FRAMEWORKS, LABELS
+from polytrain.io.native import NEUTRAL
 from polytrain.neutral.models import (
     MODELS,
     BatchNorm2d,
-    Linear,
     ModelSpec,
     get_model_spec,
     layer_parameters,
 )
 
 PathLike = str | os.PathLike[str]
-TARGETS = (*FRAMEWORKS, "neutral")
 DTYPES = ("float32", "float64")  # of the float tensors a conversion writes
 _LIST_MAX = 6
-_TORCH_IGNORED = ".num_batches_tracked"
-_BN_NAMES = {
-    "paddle": {"running_mean": "_mean", "running_var": "_variance"},
-    "mxnet": {"weight": "gamma", "bias": "beta"},
-}
-_LAYOUT_NOTE = {
-    "torch": "PyTorch layout",
-    "paddle": "Paddle layout, Linear [in, out]",
-    "mxnet": "MXNet layout",
-}
+_NORM = BatchNorm2d.__name__  # the layer kind the generic rules recognise (running stats)
 
 
 # -- maps -----------------------------------------------------------------------------------------
@@ -90,9 +78,10 @@ class MapEntry:
 
 @dataclass
 class NameMap:
-    """canonical name -> :class:`MapEntry` for one framework, in model order.
+    """canonical name -> :class:`MapEntry` for one format (``framework``: its name), in
+    model order.
 
-    ``constants`` are native-only entries written as they are (torch's
+    ``constants`` are native-only entries written as they are (PyTorch's
     num_batches_tracked); native names ending in ``ignore`` are skipped when reading."""
 
     framework: str
@@ -103,7 +92,9 @@ class NameMap:
 
     def to_native(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Native tensors from canonical ones (every entry of the map must be given)."""
-        _check_names(list(self.entries), list(params), "the weights", self.source)
+        compare_names(self.entries, params).check(
+            f"the weights does not match {self.source}", _LIST_MAX
+        )
         out: dict[str, np.ndarray] = {}
         for name, entry in self.entries.items():
             value = np.asarray(params[name])
@@ -116,17 +107,14 @@ class NameMap:
         one CheckpointError naming them in the file's own terms."""
         present = [k for k in tensors if not (self.ignore and k.endswith(self.ignore))]
         expected = [e.native for e in self.entries.values()]
-        _check_names(expected, present, what, self.source)
-        wrong = []
-        for entry in self.entries.values():
-            have = tuple(np.shape(tensors[entry.native]))
-            if entry.shape is not None and have != entry.native_shape(entry.shape):
-                wrong.append(f"{entry.native} {have} (expected {entry.native_shape(entry.shape)})")
+        compare_names(expected, present).check(f"{what} does not match {self.source}", _LIST_MAX)
+        want = {
+            e.native: e.native_shape(e.shape) for e in self.entries.values() if e.shape is not None
+        }
+        wrong = compare_shapes(want, {n: tuple(np.shape(tensors[n])) for n in want})
         if wrong:
-            raise CheckpointError(
-                f"{what} does not fit {self.source} ({_LAYOUT_NOTE[self.framework]}): "
-                f"wrong shape {_names(wrong)}."
-            )
+            note = native_io.get_format(self.framework).layout.note
+            wrong.check(f"{what} does not fit {self.source} ({note})", _LIST_MAX)
         out = {}
         for name, entry in self.entries.items():
             value = np.asarray(tensors[entry.native])
@@ -143,27 +131,25 @@ class NameMap:
 
 
 def builtin_map(spec: ModelSpec, framework: str) -> NameMap:
-    """The map of a neutral spec for ``framework``, as that backend names and lays out
-    the tensors in its native files."""
-    _check_framework(framework)
+    """The map of a neutral spec for the format ``framework``, as its plugin's
+    :class:`~polytrain.backend.native_format.LayoutRules` name and lay out the tensors."""
+    layout = native_io.get_format(framework).layout
     entries: dict[str, MapEntry] = {}
     constants: dict[str, np.ndarray] = {}
     for path, layer in spec.layers():
+        kind = type(layer).__name__
         for leaf, shape in layer_parameters(layer).items():
-            native_leaf = leaf
-            if isinstance(layer, BatchNorm2d):
-                native_leaf = _BN_NAMES.get(framework, {}).get(leaf, leaf)
-            transpose = framework == "paddle" and isinstance(layer, Linear) and leaf == "weight"
-            entries[f"{path}.{leaf}"] = MapEntry(f"{path}.{native_leaf}", transpose, shape)
-        if framework == "torch" and isinstance(layer, BatchNorm2d):
-            constants[f"{path}{_TORCH_IGNORED}"] = np.array(0, dtype=np.int64)
-    ignore = (_TORCH_IGNORED,) if framework == "torch" else ()
+            native = f"{path}.{layout.native_leaf(kind, leaf)}"
+            entries[f"{path}.{leaf}"] = MapEntry(native, layout.is_transposed(kind, leaf), shape)
+        for leaf, value in layout.constants.get(kind, {}).items():
+            constants[f"{path}.{leaf}"] = value
+    ignore = layout.ignored_suffixes
     return NameMap(framework, entries, constants, ignore, source=f"model {spec.name!r}")
 
 
 def load_map(source: PathLike | Mapping[str, Any]) -> dict[str | None, dict[str, MapEntry]]:
     """Parse a user map (a JSON file or the same structure in Python). Returns the
-    entries per framework; the key None holds a map that names no framework."""
+    entries per format; the key None holds a map that names no format."""
     what = "the map"
     if isinstance(source, Mapping):
         data: Any = source
@@ -177,7 +163,7 @@ def load_map(source: PathLike | Mapping[str, Any]) -> dict[str | None, dict[str,
             raise ConfigError(f"{what} is not valid JSON: {exc}.") from exc
     if not isinstance(data, Mapping) or not data:
         raise ConfigError(f"{what} must be a non-empty JSON object {{canonical name: entry}}.")
-    per_framework = set(data) <= set(FRAMEWORKS) and all(
+    per_framework = set(data) <= set(native_io.formats()) and all(
         isinstance(v, Mapping) and "native" not in v for v in data.values()
     )
     if per_framework:
@@ -226,7 +212,7 @@ class Weights:
 
     params: dict[str, np.ndarray]
     spec: ModelSpec | None
-    format: str  # torch, paddle, mxnet or neutral
+    format: str  # a registered format's name, or neutral
     path: Path
     notes: list[str] = field(default_factory=list)
     checkpoint: Any = None  # the Checkpoint, when read from a neutral one
@@ -237,21 +223,24 @@ def read_weights(
     *,
     model: str | ModelSpec | None = None,
     name_map: PathLike | Mapping[str, Any] | None = None,
-    other: str = "torch",
+    other: str = NEUTRAL,
 ) -> Weights:
-    """Canonical weights from a .pt, .pdparams, .params file or a neutral checkpoint
-    (format detected by content). ``model`` (a built-in name or spec) and ``name_map`` say
-    how names map (see the module docstring); ``other`` is the framework on the other
-    side of a conversion, which decides what a map without framework keys describes."""
+    """Canonical weights from a native file of a registered format (.pt, .pdparams,
+    .params, ...) or a neutral checkpoint (format detected by content). ``model`` (a
+    built-in name or spec) and ``name_map`` say how names map (see the module docstring);
+    ``other`` is the format on the other side of a conversion, which decides what a map
+    without format keys describes."""
     fmt = native_io.detect_format(path)
     spec = _spec(model)
     user = load_map(name_map) if name_map is not None else None
-    if fmt == "neutral":
+    if fmt == NEUTRAL:
         return _read_neutral(path, spec)
-    tensors = native_io.READERS[fmt](path)
-    if fmt == "torch" and tensors and all(k.startswith("module.") for k in tensors):
-        tensors = {k.removeprefix("module."): v for k, v in tensors.items()}
-    what = f"{path} ({LABELS[fmt]})"
+    declared = native_io.get_format(fmt)
+    tensors = declared.read(path)
+    for prefix in declared.layout.strip_prefixes:
+        if tensors and all(k.startswith(prefix) for k in tensors):
+            tensors = {k.removeprefix(prefix): v for k, v in tensors.items()}
+    what = f"{path} ({declared.label})"
     notes: list[str] = []
     if spec is None and user is None:
         spec = _detect_model(fmt, tensors, notes)
@@ -282,7 +271,10 @@ def _read_neutral(path: PathLike, spec: ModelSpec | None) -> Weights:
         shapes = {n: tuple(a.shape) for n, a in ck.params.items()}
         if (saved is not None and saved.name != spec.name) or shapes != spec.parameter_shapes():
             found = f"model {saved.name!r}" if saved is not None else "a model without a spec"
-            why = _difference(spec.parameter_shapes(), shapes) or "the same tensors, another name"
+            why = (
+                compare_shapes(spec.parameter_shapes(), shapes).describe(_LIST_MAX)
+                or "the same tensors, another name"
+            )
             raise CheckpointError(
                 f"Checkpoint {ck.path} holds {found}, not model {spec.name!r}: {why}."
             )
@@ -307,9 +299,8 @@ def _detect_model(
 
 def _matching_models(fmt: str, tensors: Mapping[str, np.ndarray]) -> list[str]:
     """Built-in models whose native file for ``fmt`` has exactly these names and shapes."""
-    have = {k: tuple(np.shape(v)) for k, v in tensors.items()}
-    if fmt == "torch":
-        have = {k: s for k, s in have.items() if not k.endswith(_TORCH_IGNORED)}
+    ignored = native_io.get_format(fmt).layout.ignored_suffixes
+    have = {k: tuple(np.shape(v)) for k, v in tensors.items() if not k.endswith(ignored)}
     out = []
     for name in MODELS:
         nmap = builtin_map(get_model_spec(name), fmt)
@@ -321,36 +312,43 @@ def _matching_models(fmt: str, tensors: Mapping[str, np.ndarray]) -> list[str]:
 
 def _generic_map(fmt: str, tensors: Mapping[str, np.ndarray], path: PathLike,
                  notes: list[str]) -> NameMap:  # fmt: skip
-    """A map for a model that is none of the built-in ones, by the safe generic rules."""
+    """A map for a model that is none of the built-in ones, by the safe generic rules:
+    the format's renames undone on every leaf; where it stores some layer kinds' weights
+    transposed, every 2-D tensor's kind must come from the file itself."""
+    declared = native_io.get_format(fmt)
+    layout = declared.layout
+    renames = layout.canonical_leaves()
+    transposing = _kinds(declared)  # the layer kinds it stores transposed, if any
+    kinds = declared.layer_kinds(path) if transposing else None
     entries = {}
     transposed = []
-    table = native_io.paddle_name_table(path) if fmt == "paddle" else {}
     for native, value in tensors.items():
-        if fmt == "torch" and native.endswith(_TORCH_IGNORED):
+        if native.endswith(layout.ignored_suffixes):
             continue
         head, _, leaf = native.rpartition(".")
-        renames = {v: k for k, v in _BN_NAMES.get(fmt, {}).items()}
         canonical = f"{head}.{renames.get(leaf, leaf)}" if head else renames.get(leaf, leaf)
         transpose = False
-        if fmt == "paddle" and np.ndim(value) == 2:
-            if native not in table:
+        if transposing and np.ndim(value) == 2:
+            if kinds is None or native not in kinds:
                 raise CheckpointError(
                     f"{path} is not one of the built-in models ({', '.join(MODELS)}) and its "
-                    f"2-D tensor {native!r} may be a Linear weight (stored transposed) or "
-                    "not; the file has no name table to tell. Give --model NAME or --map "
-                    "FILE (see docs/porting.md)."
+                    f"2-D tensor {native!r} may be a {transposing} weight (stored "
+                    "transposed) or not; the file has no name table to tell. Give --model "
+                    "NAME or --map FILE (see docs/porting.md)."
                 )
-            transpose = table[native].startswith("linear_")
+            transpose = layout.is_transposed(kinds[native], renames.get(leaf, leaf))
             if transpose:
                 transposed.append(native)
         entries[canonical] = MapEntry(native, transpose)
-    rule = {"torch": "as it is", "mxnet": "gamma/beta -> weight/bias"}.get(
-        fmt, "_mean/_variance -> running_mean/running_var"
-    )
+    rule = "as it is"
+    if renames:
+        rule = f"{'/'.join(renames)} -> {'/'.join(renames.values())}"
     notes.append(f"not a built-in model: generic {fmt} rules ({rule})")
     if transposed:
-        notes.append(f"transposed as Paddle Linear weights (name table): {_names(transposed)}")
-    return NameMap(fmt, entries, ignore=_ignored(fmt), source=f"the generic {fmt} rules")
+        notes.append(
+            f"transposed as {transposing} weights (the file's name table): {_names(transposed)}"
+        )
+    return NameMap(fmt, entries, ignore=layout.ignored_suffixes, source=f"the generic {fmt} rules")
 
 
 # -- writing --------------------------------------------------------------------------------------
@@ -363,17 +361,16 @@ def write_weights(
     *,
     model: str | ModelSpec | None = None,
     name_map: PathLike | Mapping[str, Any] | None = None,
-    other: str = "torch",
+    other: str = NEUTRAL,
     dtype: str | None = None,
 ) -> Path:
-    """Write canonical weights as ``to`` (torch, paddle, mxnet or neutral), atomically;
+    """Write canonical weights as ``to`` (a registered format or neutral), atomically;
     for neutral ``path`` is a checkpoint directory. Nothing is written on any error.
     ``dtype`` (float32 or float64) is that of the float tensors written; by default
     float32 for the native formats (what ordinary framework code loads: Paddle refuses a
     float64 tensor for a float32 parameter) and the weights' own for a neutral checkpoint
     (float64 after a ``--precision fp64`` run)."""
-    if to not in TARGETS:
-        raise ConfigError(f"Unknown target {to!r}; use one of {', '.join(TARGETS)}.")
+    _check_target(to)
     if dtype not in (None, *DTYPES):
         raise ConfigError(f"Unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}.")
     if isinstance(weights, Weights):
@@ -381,7 +378,7 @@ def write_weights(
         own = _float_dtype(params)
     else:  # plain arrays are canonical float32 unless ``dtype`` says otherwise
         params, spec, ck, own = dict(weights), _spec(model), None, "float32"
-    target = dtype or (own if to == "neutral" else "float32")
+    target = dtype or (own if to == NEUTRAL else "float32")
     if target != own and dtype is None and isinstance(weights, Weights):
         weights.notes.append(
             f"{own} weights (a --precision fp64 run) written as {target}, "
@@ -389,11 +386,12 @@ def write_weights(
         )
     params = _as_floats(params, target)
     if spec is not None:
-        problems = _difference(spec.parameter_shapes(), {n: np.shape(a) for n, a in params.items()})
+        shapes = {n: np.shape(a) for n, a in params.items()}
+        problems = compare_shapes(spec.parameter_shapes(), shapes).describe(_LIST_MAX)
         if problems:
             raise CheckpointError(f"The weights are not model {spec.name!r}: {problems}.")
     user = load_map(name_map) if name_map is not None else None
-    if to == "neutral":
+    if to == NEUTRAL:
         return _write_neutral(path, params, spec, ck, weights, target)
     nmap = _map_for(to, spec, user, other)
     if nmap is None:
@@ -425,21 +423,20 @@ def _write_neutral(path: PathLike, params: dict[str, np.ndarray], spec: ModelSpe
 
 
 def _generic_write_map(to: str, params: Mapping[str, np.ndarray]) -> NameMap:
-    if to == "paddle" and any(np.ndim(v) == 2 for v in params.values()):
-        two_d = [k for k, v in params.items() if np.ndim(v) == 2]
+    declared = native_io.get_format(to)
+    layout = declared.layout
+    two_d = [k for k, v in params.items() if np.ndim(v) == 2]
+    if _kinds(declared) and two_d:
         raise CheckpointError(
-            f"Not one of the built-in models: cannot tell whether {_names(two_d)} are Linear "
-            "weights (Paddle stores those transposed). Give --model NAME or --map FILE "
-            "(see docs/porting.md)."
+            f"Not one of the built-in models: cannot tell whether {_names(two_d)} are "
+            f"{_kinds(declared)} weights ({declared.label} stores those transposed). Give "
+            "--model NAME or --map FILE (see docs/porting.md)."
         )
-    renames = _BN_NAMES.get(to, {}) if to == "mxnet" else {}
     entries = {}
     for name in params:
         head, _, leaf = name.rpartition(".")
-        if to == "paddle":
-            leaf = _BN_NAMES["paddle"].get(leaf, leaf)
-        elif leaf in renames and _looks_like_norm(name, params):
-            leaf = renames[leaf]
+        if _looks_like_norm(name, params):
+            leaf = layout.native_leaf(_NORM, leaf)
         entries[name] = MapEntry(f"{head}.{leaf}" if head else leaf)
     return NameMap(to, entries, source=f"the generic {to} rules")
 
@@ -487,8 +484,7 @@ def convert(
     """Read ``source`` (any format), write it as ``to`` at ``target`` (float tensors in
     ``dtype``, see :func:`write_weights`). Errors are one-line
     :class:`~polytrain.errors.PolytrainError`; ``target`` is then untouched."""
-    if to not in TARGETS:
-        raise ConfigError(f"Unknown target {to!r}; use one of {', '.join(TARGETS)}.")
+    _check_target(to)
     try:
         weights = read_weights(source, model=model, name_map=name_map, other=to)
         written = write_weights(
@@ -523,7 +519,7 @@ def _map_for(
             entries = user[fw]
         elif None in user and _flat_map_side(fw, other):
             entries = user[None]
-        elif None in user and fw not in ("torch", "neutral"):
+        elif None in user and not _canonical(fw):
             raise ConfigError(
                 f"The map names no framework, and both sides ({fw} and {other}) need one: "
                 f'write it as {{"{fw}": {{...}}, "{other}": {{...}}}}.'
@@ -549,15 +545,20 @@ def _map_for(
 
 
 def _ignored(fw: str) -> tuple[str, ...]:
-    return (_TORCH_IGNORED,) if fw == "torch" else ()
+    return () if fw == NEUTRAL else native_io.get_format(fw).layout.ignored_suffixes
+
+
+def _canonical(fw: str) -> bool:
+    """Neutral, or a format whose names and layout are the canonical ones."""
+    return fw == NEUTRAL or native_io.get_format(fw).layout.canonical
 
 
 def _flat_map_side(fw: str, other: str) -> bool:
-    """A map without framework keys describes the Paddle/MXNet side; between PyTorch
-    and neutral, the PyTorch side."""
-    if fw in ("paddle", "mxnet"):
-        return other in ("torch", "neutral", fw)
-    return fw == "torch" and other in ("torch", "neutral")
+    """A map without format keys describes the non-canonical side (Paddle, MXNet);
+    between canonical ones (PyTorch, neutral), the side that is a native file."""
+    if not _canonical(fw):
+        return _canonical(other) or other == fw
+    return fw != NEUTRAL and _canonical(other)
 
 
 def _spec(model: str | ModelSpec | None) -> ModelSpec | None:
@@ -566,9 +567,19 @@ def _spec(model: str | ModelSpec | None) -> ModelSpec | None:
     return get_model_spec(model)
 
 
-def _check_framework(framework: str) -> None:
-    if framework not in FRAMEWORKS:
-        raise ConfigError(f"Unknown framework {framework!r}; use one of {', '.join(FRAMEWORKS)}.")
+def targets() -> tuple[str, ...]:
+    """What ``--to`` takes: the registered formats' names, then neutral."""
+    return (*native_io.formats(), NEUTRAL)
+
+
+def _check_target(to: str) -> None:
+    if to not in targets():
+        raise ConfigError(f"Unknown target {to!r}; use one of {', '.join(targets())}.")
+
+
+def _kinds(fmt: NativeFormat) -> str:
+    """The layer kinds whose weights ``fmt`` stores transposed, for messages."""
+    return "/".join(kind for kind, leaves in fmt.layout.transposed.items() if leaves)
 
 
 def _float_dtype(params: Mapping[str, Any]) -> str:
@@ -587,28 +598,4 @@ def _as_floats(params: Mapping[str, Any], dtype: str) -> dict[str, np.ndarray]:
 
 
 def _names(items: list[str]) -> str:
-    more = f" and {len(items) - _LIST_MAX} more" if len(items) > _LIST_MAX else ""
-    return ", ".join(items[:_LIST_MAX]) + more
-
-
-def _check_names(expected: list[str], present: list[str], what: str, by: str) -> None:
-    missing = [n for n in expected if n not in present]
-    unexpected = [n for n in present if n not in expected]
-    if missing or unexpected:
-        parts = [f"missing {_names(missing)}"] if missing else []
-        parts += [f"unexpected {_names(unexpected)}"] if unexpected else []
-        raise CheckpointError(f"{what} does not match {by}: {'; '.join(parts)}.")
-
-
-def _difference(want: Mapping[str, Any], have: Mapping[str, Any]) -> str:
-    missing = [n for n in want if n not in have]
-    unexpected = [n for n in have if n not in want]
-    wrong = [
-        f"{n} {tuple(have[n])} (expected {tuple(want[n])})"
-        for n in want
-        if n in have and tuple(have[n]) != tuple(want[n])
-    ]
-    parts = [f"missing {_names(missing)}"] if missing else []
-    parts += [f"unexpected {_names(unexpected)}"] if unexpected else []
-    parts += [f"wrong shape {_names(wrong)}"] if wrong else []
-    return "; ".join(parts)
+    return name_list(items, _LIST_MAX)

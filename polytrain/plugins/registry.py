@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from polytrain.backend.native_format import NativeFormat
+from polytrain.distributed.cluster import ClusterEnvironment
 from polytrain.distributed.launcher import Launcher
 from polytrain.errors import BackendError
 from polytrain.plugins import hookspecs
@@ -111,7 +112,7 @@ def registered_backends(pm: pluggy.PluginManager | None = None) -> dict[str, Bac
 def registered_formats(pm: pluggy.PluginManager | None = None) -> dict[str, NativeFormat]:
     """Every native weight format the plugins register, by name, in their ``order``."""
     found: dict[str, NativeFormat] = {}
-    for fmt in _collect(pm, "polytrain_register_formats", NativeFormat, "format"):
+    for fmt in _collect(pm, "polytrain_register_formats", NativeFormat, "name"):
         found[fmt.name] = fmt
     return dict(sorted(found.items(), key=lambda kv: (kv[1].order, kv[0])))
 
@@ -121,6 +122,19 @@ def registered_launchers(pm: pluggy.PluginManager | None = None) -> dict[str, La
     return {
         lc.backend: lc for lc in _collect(pm, "polytrain_register_launchers", Launcher, "backend")
     }
+
+
+def cluster_environments(pm: pluggy.PluginManager | None = None) -> list[ClusterEnvironment]:
+    """How a worker reads the variables of each registered launcher, for
+    :func:`polytrain.distributed.cluster.resolve`: in the backends' ``order``, each once."""
+    launchers = registered_launchers(pm)
+    order = {name: i for i, name in enumerate(registered_backends(pm))}
+    found: dict[str, ClusterEnvironment] = {}
+    for backend in sorted(launchers, key=lambda name: (order.get(name, len(order)), name)):
+        environment = launchers[backend].environment
+        if environment is not None:
+            found.setdefault(environment.name, environment)
+    return list(found.values())
 
 
 def _collect(pm: pluggy.PluginManager | None, hook: str, kind: type[Any], key: str) -> list[Any]:
@@ -151,15 +165,18 @@ def installed_backends(pm: pluggy.PluginManager | None = None) -> list[str]:
 
 
 def resolve_backend_name(name: str | None, pm: pluggy.PluginManager | None = None) -> BackendInfo:
-    """Explicit name, then ``$POLYTRAIN_BACKEND``, then the only installed backend."""
+    """Explicit name, then ``$POLYTRAIN_BACKEND``, then the only installed backend
+    (leaving out those registered with ``auto_select=False`` when another is installed)."""
     backends = registered_backends(pm)
     installed = [n for n, info in backends.items() if info.available()]
     shown = ", ".join(installed) or "none"
     if name is None:
         name = os.environ.get("POLYTRAIN_BACKEND") or None
     if name is None:
-        if len(installed) == 1:
-            return backends[installed[0]]
+        # a backend registered with auto_select=False is picked only when it is the only one
+        candidates = [n for n in installed if backends[n].auto_select] or installed
+        if len(candidates) == 1:
+            return backends[candidates[0]]
         if not installed:
             raise BackendError(
                 "No backend is installed. Install one with: pip install 'polytrain[torch]' "

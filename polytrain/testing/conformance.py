@@ -310,7 +310,7 @@ class BackendConformance:
         ],
         ids=["avg-pad", "avg-pad-ceil", "avg-ceil", "max-pad"],
     )
-    def test_pooling_matches_torch_rules(self, backend: Backend, pool: Any) -> None:
+    def test_pooling_matches_canonical_rules(self, backend: Backend, pool: Any) -> None:
         spec = pooling_spec(pool)
         model = backend.build_model(spec)
         params = spec.init_params(seed=2)

@@ -24,14 +24,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
 
 from polytrain.backend.base import Backend, Device, Model, Tensor
-from polytrain.errors import BackendError, CheckpointError, ConfigError
+from polytrain.backend.devices import DeviceSeq
+from polytrain.backend.mismatch import compare_names
+from polytrain.errors import BackendError, ConfigError
 from polytrain.neutral.models import ModelSpec, Sequential
 from polytrain.neutral.optim import Optimizer, OptimizerConfig
 
@@ -101,11 +102,7 @@ class PipelineBackend:
     # -- building -------------------------------------------------------------------------
 
     def build_model(
-        self,
-        model: ModelSpec | Any,
-        devices: Sequence[Device] | None = None,
-        *,
-        dtype: str = "float32",
+        self, model: ModelSpec | Any, devices: DeviceSeq | None = None, *, dtype: str = "float32"
     ) -> Model:
         if not isinstance(model, ModelSpec):
             raise BackendError("--pipeline-split splits polytrain model specs, not native modules.")
@@ -139,12 +136,10 @@ class PipelineBackend:
         return out
 
     def set_params(self, model: PipelineModel, params: dict[str, np.ndarray]) -> None:
-        known = {n for names in model.stage_names for n in names}
-        unexpected = sorted(set(params) - known)
-        if unexpected:
-            raise CheckpointError(f"Parameters do not match the model: unexpected {unexpected}.")
+        known = [n for names in model.stage_names for n in names]
+        compare_names(known, params).check("Parameters do not match the model")
         for stage, names in zip(model.stages, model.stage_names, strict=True):
-            self.inner.set_params(stage, {n: params[n] for n in names if n in params})
+            self.inner.set_params(stage, {n: params[n] for n in names})
 
     def parameter_names(self, model: PipelineModel) -> list[str]:
         return [n for stage in model.stages for n in self.inner.parameter_names(stage)]

@@ -30,7 +30,7 @@ from polytrain.io.checkpoint import Checkpoint, CheckpointManager, find_checkpoi
 from polytrain.neutral.models import ModelSpec, get_model_spec
 from polytrain.neutral.sharding import share_bounds
 from polytrain.plugins.records import EpochRecord, RunInfo, StepRecord, Summary
-from polytrain.plugins.registry import get_backend, make_plugin_manager
+from polytrain.plugins.registry import cluster_environments, get_backend, make_plugin_manager
 from polytrain.training.builtin_plugins import JsonlLogger, ProgressBar
 from polytrain.training.curves import CurvesPlot, TensorBoardLogger
 from polytrain.training.inspection import first_nonfinite, inspect_record, parse_steps
@@ -87,7 +87,7 @@ class Trainer:
         inspect: str | None = None,
     ) -> None:
         self.recipe = recipe
-        self.cluster = cluster_info or resolve_cluster()
+        self.cluster = cluster_info or resolve_cluster(environments=cluster_environments())
         if not isinstance(backend, Backend):
             if threads is not None or self.cluster.local_world_size > 1:
                 threads = resolve_threads(threads, self.cluster.local_world_size)

@@ -15,6 +15,7 @@ from polytrain import OptimizerConfig, get_backend, get_model_spec
 from polytrain.backend.precision import param_dtype
 from polytrain.distributed.cluster import resolve
 from polytrain.neutral.sharding import shard_bounds
+from polytrain.plugins.registry import cluster_environments
 from polytrain.testing import batch
 from polytrain.training.step import StepRunner
 
@@ -25,7 +26,7 @@ def main() -> None:
     name, out = sys.argv[1], Path(sys.argv[2])
     steps = int(sys.argv[3]) if len(sys.argv) > 3 else 5
     precision = sys.argv[4] if len(sys.argv) > 4 else "fp32"
-    info = resolve()
+    info = resolve(environments=cluster_environments())
     backend = get_backend(name, threads=1)
     spec = get_model_spec("lenet")
     devices = backend.devices("cpu")

@@ -1,4 +1,7 @@
-"""MXNet's parameter-server job on one node: scheduler (node 0), servers and workers.
+"""How ``polytrain launch --backend mxnet`` starts processes: the parameter server of
+ps-lite, one node's scheduler (node 0), servers and workers started here with the
+``DMLC_*`` variables (MXNet ships no launcher in its wheel); and how a worker reads them.
+Imports no mxnet: the scheduler and the servers are processes of their own.
 
 ps-lite reads its topology from ``DMLC_*`` variables. The scheduler and the servers are
 plain ``import mxnet`` processes (MXNet runs the server loop at import when
@@ -22,19 +25,64 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
+from polytrain.distributed.cluster import (
+    ClusterEnvironment,
+    ClusterInfo,
+    VariableReader,
+    parse_port,
+)
+from polytrain.distributed.launcher import Launcher, LaunchSpec
+from polytrain.distributed.supervisor import ending, print_log_tail, python_command
 from polytrain.errors import ClusterError
-
-if TYPE_CHECKING:
-    from polytrain.distributed.launch import LaunchSpec
 
 POLL_SECONDS = 0.2
 SERVER_EXIT_SECONDS = 30.0
 TERMINATE_SECONDS = 5.0
-RANK_FILE_VAR = "POLYTRAIN_RANK_FILE"  # read by backends/polytrain_mxnet/_parallel.py
+RANK_FILE_VAR = "POLYTRAIN_RANK_FILE"  # where a worker reports its rank (._parallel writes it)
+
+
+class DMLCEnvironment(ClusterEnvironment):
+    """ps-lite's ``DMLC_*`` variables, with the provisional rank this launcher passes down."""
+
+    name = "dmlc"
+    variables = ("DMLC_ROLE",)
+    labels = "POLYTRAIN_RANK DMLC_NUM_WORKER POLYTRAIN_LOCAL_RANK POLYTRAIN_LOCAL_WORLD_SIZE - -"
+
+    def read_info(self, r: VariableReader) -> ClusterInfo:
+        role = r.get("DMLC_ROLE")
+        if role not in ("worker", "server", "scheduler"):
+            raise ClusterError(f"DMLC_ROLE={role!r} must be one of: worker, server, scheduler.")
+        uri = r.get("DMLC_PS_ROOT_URI")
+        port = r.get("DMLC_PS_ROOT_PORT")
+        if not uri or port is None:
+            raise ClusterError(
+                "DMLC_ROLE is set but DMLC_PS_ROOT_URI or DMLC_PS_ROOT_PORT is not: every ps-lite "
+                "process needs the scheduler's address. Export both, e.g. "
+                "DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=9091."
+            )
+        master = (uri, parse_port("DMLC_PS_ROOT_PORT", port))
+        workers = r.integer("DMLC_NUM_WORKER", minimum=1)
+        servers = r.integer("DMLC_NUM_SERVER", minimum=1)
+        # The scheduler hands out worker ranks when the kvstore is created; until then a
+        # launcher (polytrain launch) may pass one down, else rank 0 stands in.
+        rank = r.integer("POLYTRAIN_RANK", default=0) if role == "worker" else 0
+        local_world = r.integer("POLYTRAIN_LOCAL_WORLD_SIZE", default=workers, minimum=1)
+        local = r.integer("POLYTRAIN_LOCAL_RANK", default=rank % local_world)
+        if role != "worker":
+            r.notes.append(f"dmlc: this process is a {role}, not a worker; ranks are placeholders")
+        else:
+            given = "from POLYTRAIN_RANK" if "POLYTRAIN_RANK" in r.env else "0 (no POLYTRAIN_RANK)"
+            r.notes.append(
+                f"dmlc: provisional rank {given}; the scheduler assigns the real one "
+                "when the kvstore is created"
+            )
+        node_rank, nodes = rank // local_world, -(-workers // local_world)
+        info = r.info(rank, workers, local, local_world, node_rank, nodes, master)
+        return replace(info, role=role, num_servers=servers)
 
 
 @dataclass
@@ -109,10 +157,19 @@ def wait_for_scheduler(spec: LaunchSpec) -> None:
     )
 
 
+class ParameterServerLauncher(Launcher):
+    """Scheduler, servers and workers of one node, started and supervised here."""
+
+    backend = "mxnet"
+    name = "ps-lite"
+    environment = DMLCEnvironment()
+
+    def launch(self, spec: LaunchSpec, env: dict[str, str], address: str) -> int:
+        return launch_parameter_server(spec, env, address)
+
+
 def launch_parameter_server(spec: LaunchSpec, base_env: dict[str, str], host: str) -> int:
     """Start this node's scheduler/servers/workers, wait for the workers, clean up."""
-    from polytrain.distributed.launch import python_command
-
     if spec.node_rank > 0:
         wait_for_scheduler(spec)
     log_dir = Path(spec.log_dir) if spec.log_dir else None
@@ -180,17 +237,15 @@ def _wait_stoppable(procs: list[_Proc], workers: list[_Proc], spec: LaunchSpec) 
 
 
 def _wait(procs: list[_Proc], workers: list[_Proc], spec: LaunchSpec) -> int:
-    from polytrain.distributed.launch import print_log_tail, signal_name
-
     while True:
         for w in workers:
             _name_log_by_rank(w, spec)
         for p in procs:
             code = p.popen.poll()
             if code is not None and code != 0:
-                how = f"killed by {signal_name(-code)}" if code < 0 else f"exit code {code}"
                 print(
-                    f"polytrain launch: {p.label} (pid {p.popen.pid}) failed first: {how}; "
+                    f"polytrain launch: {p.label} (pid {p.popen.pid}) failed first: "
+                    f"{ending(code)}; "
                     "stopping the other processes of this node.",
                     file=sys.stderr,
                 )

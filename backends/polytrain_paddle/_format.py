@@ -1,0 +1,114 @@
+"""Paddle's native weights file (``.pdparams``), read and written with numpy.
+
+``paddle.save(layer.state_dict())`` writes a pickle (``\\x80``) of a dict of numpy arrays
+plus the ``StructuredToParameterName@@`` name table; protocol 2/3 cut arrays over 1 GiB
+into slices listed in ``UnpackBigParamInfor@@``. Read with
+:mod:`polytrain.utils.safe_pickle` (never running code from the file); written as
+``pickle.dumps(dict, protocol=4)``, which is byte for byte what ``paddle.save`` writes
+for the same arrays.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from polytrain.backend.native_format import LayoutRules, NativeFormat, PathLike
+from polytrain.errors import CheckpointError
+from polytrain.utils import safe_pickle
+
+NAME_TABLE = "StructuredToParameterName@@"
+SLICES = "UnpackBigParamInfor@@"
+# the layer kinds of the name table's parameter names (``linear_0.w_0``) that matter here
+KINDS = {"linear": "Linear"}
+
+
+class PaddleFormat(NativeFormat):
+    """``.pdparams`` files: Linear ``weight`` is stored [in, out] (transposed); BatchNorm
+    running_mean / running_var are ``_mean`` / ``_variance``. For a model that is none of
+    the built-in ones, the file's name table tells which 2-D tensors are Linear weights."""
+
+    name = "paddle"
+    label = "Paddle .pdparams"
+    suffix = ".pdparams"
+    signature = "a Paddle pickle (80 ..)"
+    order = 20
+    layout = LayoutRules(
+        renames={"BatchNorm2d": {"running_mean": "_mean", "running_var": "_variance"}},
+        transposed={"Linear": frozenset({"weight"})},
+        note="Paddle layout, Linear [in, out]",
+    )
+
+    def sniff(self, head: bytes, path: PathLike) -> bool:
+        return head[:1] == b"\x80"
+
+    def read(self, path: PathLike) -> dict[str, np.ndarray]:
+        return _read(path)
+
+    def encode(self, tensors: Mapping[str, np.ndarray]) -> bytes:
+        return _encode(tensors)
+
+    def layer_kinds(self, path: PathLike) -> dict[str, str] | None:
+        """From the name table ``paddle.save`` stores (``fc.weight`` -> ``linear_0.w_0``)."""
+        table = _name_table(path)
+        if not table:
+            return None
+        out = {}
+        for structured, param in table.items():
+            prefix = param.partition(".")[0].rpartition("_")[0]  # linear_0.w_0 -> linear
+            out[structured] = KINDS.get(prefix, prefix)
+        return out
+
+
+def _read(path: PathLike) -> dict[str, np.ndarray]:
+    """Arrays of a ``paddle.save`` pickle (the name table dropped, sliced arrays joined),
+    never running code from the file."""
+    source = os.fspath(path)
+    try:
+        data = Path(source).read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"Cannot read {source}: {exc.strerror or exc}.") from exc
+    try:
+        state = safe_pickle.RestrictedUnpickler(io.BytesIO(data), source).load()
+    except CheckpointError:
+        raise
+    except Exception as exc:  # a cut or damaged pickle raises anything
+        raise CheckpointError(f"{source} is truncated or corrupt: {exc!r}.") from exc
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{source} holds a {type(state).__name__}, not a state dict.")
+    try:  # paddle.save with pickle protocol 2/3 cuts arrays over 1 GiB into slices
+        for key, info in state.pop(SLICES, {}).items():
+            parts = [state.pop(name) for name in info["slices"]]
+            state[key] = np.concatenate(parts).reshape(info["OriginShape"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"{source}: corrupt sliced-array table: {exc!r}") from exc
+    out = {}
+    for key, value in state.items():
+        if isinstance(key, str) and key.endswith("@@"):  # the name table, not a tensor
+            continue
+        if not isinstance(value, np.ndarray) or value.dtype.kind not in "fiucb":
+            raise CheckpointError(f"{source}: entry {key!r} is not a numeric array.")
+        out[str(key)] = value
+    return out
+
+
+def _name_table(path: PathLike) -> dict[str, str]:
+    """The structured name -> Paddle parameter name table (``fc.weight`` ->
+    ``linear_0.w_0``) that ``paddle.save`` stores, or {} when the file has none."""
+    state = safe_pickle.load(path)
+    table = state.get(NAME_TABLE) if isinstance(state, dict) else None
+    if not isinstance(table, dict):
+        return {}
+    return {str(k): str(v) for k, v in table.items()}
+
+
+def _encode(tensors: Mapping[str, np.ndarray]) -> bytes:
+    """What ``paddle.save`` writes for this dict of arrays (protocol 4, no name table:
+    ``layer.set_state_dict`` matches the structured names)."""
+    state = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
+    return pickle.dumps(state, protocol=4)

@@ -1,0 +1,29 @@
+"""Devices on PyTorch: ``cpu:K`` is an emulated device, a replica in host memory."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from polytrain.backend.devices import device_label, split_device_name
+
+
+def native_device(name: str) -> torch.device:
+    """The torch device of a neutral name (``gpu:K`` is ``cuda:K``)."""
+    kind, index = split_device_name(name)
+    if kind == "cpu":
+        return torch.device("cpu", index) if index is not None else torch.device("cpu")
+    return torch.device("cuda", index or 0)
+
+
+def neutral_name(device: Any) -> str:
+    dev = torch.device(device)
+    return device_label("gpu" if dev.type == "cuda" else dev.type, dev.index)
+
+
+def on_distinct_gpus(tensors: Sequence[torch.Tensor]) -> bool:
+    """One tensor per GPU: torch.cuda.comm's reduce/broadcast apply (NCCL when present)."""
+    devices = [t.device for t in tensors]
+    return all(d.type == "cuda" for d in devices) and len(set(devices)) == len(devices)

@@ -1,0 +1,19 @@
+"""What the torch backend keeps about a model it built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from polytrain.backend.model import Model
+
+
+@dataclass(kw_only=True)
+class TorchModel(Model):
+    """``names``: trainable parameter names in model order; ``training[i]``: the mode
+    replica ``i`` was last set to (None: not yet); ``run[i]``: what runs replica ``i``
+    (the module, or its torch.compile wrapper under --fast)."""
+
+    names: list[str] = field(default_factory=list)
+    training: list[bool | None] = field(default_factory=list)
+    run: list[Any] = field(default_factory=list)

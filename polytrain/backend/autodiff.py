@@ -1,0 +1,70 @@
+"""Autodiff: losses, backward passes and the gradients they leave on every replica."""
+
+from __future__ import annotations
+
+import contextlib
+from abc import abstractmethod
+
+import numpy as np
+
+from polytrain.backend.collectives import CollectiveVerbs
+from polytrain.backend.devices import Tensor
+from polytrain.backend.model import Model, ModelVerbs
+
+
+class AutodiffVerbs(ModelVerbs, CollectiveVerbs):
+    """Recording, losses, backward, and gradients (synchronised with the collectives)."""
+
+    def record(self) -> contextlib.AbstractContextManager[None]:
+        """Context in which a training forward pass records the graph for backward
+        (MXNet's autograd.record). The default does nothing: frameworks that record
+        whenever gradients are enabled need no scope."""
+        return contextlib.nullcontext()
+
+    @abstractmethod
+    def cross_entropy(
+        self,
+        logits: Tensor,
+        labels: Tensor,
+        reduction: str = "mean",
+        ignore_index: int | None = None,
+    ) -> Tensor:
+        """Softmax cross-entropy of integer labels shaped [N] or [N, 1] ("mean", "sum" or
+        "none"). Samples labelled ``ignore_index`` contribute 0 and "mean" divides by the
+        samples kept (PyTorch's rule; Paddle's own divides by all); None ignores nothing."""
+
+    @abstractmethod
+    def count_correct(self, logits: Tensor, labels: Tensor) -> Tensor:
+        """Number of rows whose arg-max equals the label, as a native scalar."""
+
+    @abstractmethod
+    def backward(self, loss: Tensor) -> None:
+        """Accumulate d(loss)/d(parameters) into the gradients of the loss's replica."""
+
+    def scale_loss(self, loss: Tensor, denominator: int, scale: float = 1.0) -> Tensor:
+        """What to backpropagate for a shard's *summed* loss: divided by the number of
+        samples of the global batch (all shards, processes and micro-batches), times the
+        loss scale under mixed precision. So every backend's gradient is the gradient
+        of the mean loss over the global batch."""
+        return loss * (scale / denominator)
+
+    @abstractmethod
+    def gradients(self, model: Model, replica: int = 0) -> dict[str, np.ndarray]:
+        """Gradients of one replica as numpy, canonical names and layout."""
+
+    @abstractmethod
+    def replica_gradients(self, model: Model) -> list[list[Tensor]]:
+        """Per trainable parameter, the native gradient tensor of each replica."""
+
+    def sync_gradients(self, model: Model) -> None:
+        """Sum every gradient over replicas (and processes): after it, each replica
+        holds the gradient of the whole global batch."""
+        if model.num_devices == 1 and self.world_size == 1:
+            return
+        for grads in self.replica_gradients(model):
+            self.allreduce(grads, "sum")
+
+    def grad_norm(self, model: Model) -> float:
+        """Global L2 norm of replica 0's gradients (after synchronisation)."""
+        grads = self.gradients(model)
+        return float(np.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads.values())))

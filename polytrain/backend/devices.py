@@ -1,0 +1,122 @@
+"""Devices and tensors: neutral device names, their parsing, and the verbs that place data.
+
+Tensors and devices are the framework's own objects; the core never looks inside them.
+Names of devices are neutral: ``cpu``, ``cpu:K`` (an emulated device, so data-parallel
+logic runs without GPUs) and ``gpu:K``.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from polytrain.backend.identity import IdentityVerbs
+from polytrain.errors import BackendError, ConfigError
+from polytrain.neutral.sharding import shard_bounds
+
+Tensor = Any
+Device = Any
+DeviceSeq = Sequence[Device]
+DEVICE_KINDS = ("cpu", "gpu")
+
+
+class DeviceVerbs(IdentityVerbs):
+    """Which devices exist, their neutral names, and tensors placed on them."""
+
+    @abstractmethod
+    def gpu_count(self) -> int:
+        """Number of GPUs the framework can use here (0 on a CPU build)."""
+
+    @abstractmethod
+    def device(self, name: str) -> Device:
+        """The native device for a neutral name: ``cpu``, ``cpu:K`` or ``gpu:K``."""
+
+    @abstractmethod
+    def device_name(self, device: Device) -> str:
+        """The neutral name of a native device."""
+
+    def devices(self, spec: str | Sequence[str] = "cpu") -> list[Device]:
+        """Devices from a spec: ``cpu``, ``cpu:4`` (four emulated devices), ``gpu``
+        (all GPUs, or the CPU if none), ``gpu:0,1`` or a list of neutral names."""
+        names = parse_devices(spec, self.gpu_count())
+        return [self.device(n) for n in names]
+
+    def try_gpu(self, i: int = 0) -> Device:
+        """GPU ``i`` if it exists, else the CPU."""
+        return self.device(f"gpu:{i}") if i < self.gpu_count() else self.device("cpu")
+
+    def try_all_gpus(self) -> list[Device]:
+        """Every GPU, or ``[cpu]`` when there is none: never empty."""
+        n = self.gpu_count()
+        return [self.device(f"gpu:{i}") for i in range(n)] or [self.device("cpu")]
+
+    @abstractmethod
+    def to_tensor(self, array: np.ndarray, device: Device | None = None) -> Tensor:
+        """A native tensor holding a copy of ``array`` (same dtype) on ``device``."""
+
+    @abstractmethod
+    def to_numpy(self, tensor: Tensor) -> np.ndarray:
+        """A host numpy copy of a native tensor (waits for it on asynchronous engines)."""
+
+    def split_and_load(self, batch: np.ndarray, devices: Sequence[Device]) -> list[Tensor]:
+        """One contiguous shard per device, placed there; sizes differ by at most one,
+        larger first; nothing is dropped; fewer samples than devices is an error."""
+        bounds = shard_bounds(len(batch), len(devices))
+        return [self.to_tensor(batch[a:b], d) for (a, b), d in zip(bounds, devices, strict=True)]
+
+    def copy_to(self, tensor: Tensor, device: Device) -> Tensor:
+        """``tensor`` on ``device``, differentiable: in backward its gradient flows back
+        to the source device (pipeline stages hand activations over with it). Optional."""
+        raise BackendError(f"Backend {self.name!r} cannot move tensors between devices.")
+
+
+def split_device_name(name: str) -> tuple[str, int | None]:
+    """``("cpu", None)`` for ``cpu``, ``("cpu", 2)`` for ``cpu:2``, ``("gpu", 0)`` for
+    ``gpu:0``: what a backend's :meth:`DeviceVerbs.device` maps to a native device."""
+    kind, _, index = name.partition(":")
+    if kind not in DEVICE_KINDS or not (index == "" or index.isdigit()):
+        raise BackendError(f"Unknown device name {name!r}; use cpu, cpu:K or gpu:K.")
+    return kind, int(index) if index else None
+
+
+def device_label(kind: str, index: int | None) -> str:
+    """The neutral name of device ``index`` of ``kind`` (``cpu`` when there is no index)."""
+    return kind if index is None else f"{kind}:{index}"
+
+
+def parse_devices(spec: str | Sequence[str], gpu_count: int) -> list[str]:
+    """Neutral device names from a spec (see :meth:`DeviceVerbs.devices`)."""
+    if not isinstance(spec, str):
+        names = [str(s) for s in spec]
+        if not names:
+            raise ConfigError("An empty device list: give at least one device, e.g. 'cpu'.")
+        return names
+    text = spec.strip().lower()
+    if text in ("", "cpu"):
+        return ["cpu"]
+    if text == "gpu" or text == "gpu:all":
+        return [f"gpu:{i}" for i in range(gpu_count)] or ["cpu"]
+    kind, _, rest = text.partition(":")
+    if kind not in DEVICE_KINDS or not rest:
+        raise ConfigError(
+            f"Bad device spec {spec!r}. Use 'cpu', 'cpu:N' (N emulated CPU devices), "
+            "'gpu' (all GPUs) or 'gpu:0,1'."
+        )
+    if kind == "cpu":
+        if not rest.isdigit() or int(rest) < 1:
+            raise ConfigError(f"Bad device spec {spec!r}: 'cpu:N' needs N >= 1.")
+        n = int(rest)
+        return ["cpu"] if n == 1 else [f"cpu:{i}" for i in range(n)]
+    ids = [s.strip() for s in rest.split(",")]
+    if not all(s.isdigit() for s in ids):
+        raise ConfigError(f"Bad device spec {spec!r}: GPU ids must be integers, as in 'gpu:0,1'.")
+    missing = [int(s) for s in ids if int(s) >= gpu_count]
+    if missing:
+        raise ConfigError(
+            f"Device spec {spec!r} asks for GPU {missing[0]}, but {gpu_count} GPU(s) are "
+            "available here. Use 'cpu:N' to emulate devices, or 'gpu' for what exists."
+        )
+    return [f"gpu:{s}" for s in ids]

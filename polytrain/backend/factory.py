@@ -1,0 +1,31 @@
+"""The ``BackendInfo.factory`` a plugin registers: threads fixed before its framework loads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from polytrain.backend.identity import BackendOptions
+from polytrain.utils.threads import export_thread_env, resolve_threads
+
+if TYPE_CHECKING:
+    from polytrain.backend.base import Backend
+
+
+def backend_factory(
+    load: Callable[[], type[Backend]], *, reserve_threads: int = 0
+) -> Callable[[BackendOptions], Backend]:
+    """A factory that resolves the thread count and exports it to the OpenMP/BLAS
+    variables *before* ``load()`` imports the framework (which reads them then; paddle
+    even sets ``OMP_NUM_THREADS=1`` when it is unset), builds the backend class ``load``
+    returns, and applies the count through the framework's own setter.
+    ``reserve_threads``: cores left to threads the framework runs besides its pool."""
+
+    def factory(options: BackendOptions) -> Backend:
+        threads = resolve_threads(options.threads, reserve=reserve_threads)
+        export_thread_env(threads)
+        backend = load()(options)
+        backend.set_threads(threads)
+        return backend
+
+    return factory

@@ -1,0 +1,57 @@
+"""The first part of the backend contract: which framework, its threads, seeds and clock."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+
+@dataclass
+class BackendOptions:
+    """How a backend is built. ``threads=None`` keeps what :mod:`polytrain.utils.threads` set."""
+
+    threads: int | None = None
+    fast: bool | None = None
+    precision: str = "fp32"
+
+
+class IdentityVerbs(ABC):
+    """Identity, threads, seeds: what every other part of the contract builds on."""
+
+    name: ClassVar[str]
+    framework: ClassVar[str]
+
+    #: Compiled execution (hybridize, torch.compile, to_static) when BackendOptions.fast
+    #: is None: each backend's default is what measured faster here (docs/performance.md).
+    fast_default: ClassVar[bool] = False
+
+    def __init__(self, options: BackendOptions | None = None) -> None:
+        self.options = options or BackendOptions()
+        self.world_size = 1
+        self.rank = 0
+
+    @property
+    def fast(self) -> bool:
+        """Whether models are built for compiled execution (``--fast/--no-fast``)."""
+        return self.fast_default if self.options.fast is None else bool(self.options.fast)
+
+    @abstractmethod
+    def version(self) -> str:
+        """The framework's version string."""
+
+    @abstractmethod
+    def threads(self) -> dict[str, int]:
+        """The framework's thread settings as they are now (for the run header)."""
+
+    @abstractmethod
+    def set_threads(self, n: int) -> None:
+        """Use ``n`` intra-op threads from now on."""
+
+    @abstractmethod
+    def seed(self, seed: int) -> None:
+        """Seed the framework's own generators (dropout). Weights come from numpy."""
+
+    @abstractmethod
+    def synchronize(self) -> None:
+        """Wait until all queued work is done (MXNet is asynchronous; time only after this)."""
