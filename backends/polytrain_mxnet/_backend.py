@@ -179,7 +179,7 @@ class MXNetBackend(Backend):
             trainable=[n for n, p in params.items() if p.grad_req != "null"],
         )
         shapes = [p.shape for p in own.trainable_params()]
-        if self._dist is not None:  # keys initialised before any backward (DESIGN.md traps)
+        if self._dist is not None:  # keys before any backward (docs/architecture.md, traps)
             own.dist_keys = self._dist.new_keys(shapes, dtype)
         elif len(devices) > 1:
             own.kvstore = _parallel.local_kvstore(devices, shapes, dtype)

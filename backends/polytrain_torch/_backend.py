@@ -246,11 +246,11 @@ class TorchBackend(Backend):
     def shutdown_distributed(self) -> None:
         import torch.distributed as dist
 
-        # gloo ranks may abort at exit unless the group is destroyed first (DESIGN.md traps),
-        # and a rank that destroys it while a peer is still working (rank 0 saving) can abort
-        # in gloo's teardown: on a clean exit, meet the others first. A rank leaving on an
-        # exception skips the barrier (its peers may never come); the group's timeout bounds
-        # it otherwise.
+        # gloo ranks may abort at exit unless the group is destroyed first (traps in
+        # docs/architecture.md), and a rank that destroys it while a peer is still working
+        # (rank 0 saving) can abort in gloo's teardown: on a clean exit, meet the others
+        # first. A rank leaving on an exception skips the barrier (its peers may never
+        # come); the group's timeout bounds it otherwise.
         if dist.is_available() and dist.is_initialized():
             if sys.exc_info()[0] is None:
                 with contextlib.suppress(Exception):
