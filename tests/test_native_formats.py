@@ -173,7 +173,11 @@ def test_plugin_format_generic_rules_for_an_unknown_model(toy: None, tmp_path: P
            "norm.scale": np.ones(4, np.float32), "norm.var": np.ones(4, np.float32),
            "norm.running_mean": np.zeros(4, np.float32)}  # fmt: skip
     (tmp_path / "bare.toyw").write_bytes(toy_bytes(own))
-    with pytest.raises(CheckpointError, match=r"2-D tensor 'head.weight' may be a Linear weight"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"layout of 2 2-D tensor\(s\) is not known: head.weight \(3, 5\), proj.weight "
+        r"\(4, 3\)\. Toy \.toyw stores Linear weights transposed",
+    ):
         read_weights(tmp_path / "bare.toyw")
     kinds = {"head.weight": "Linear", "proj.weight": "Conv1x1"}
     (tmp_path / "own.toyw").write_bytes(toy_bytes(own, kinds))
@@ -183,9 +187,13 @@ def test_plugin_format_generic_rules_for_an_unknown_model(toy: None, tmp_path: P
     assert {"norm.weight", "norm.running_var"} <= set(weights.params)
     assert any("generic toy rules (scale/var -> weight/running_var)" in n for n in weights.notes)
     assert any("transposed as Linear weights" in n and "head.weight" in n for n in weights.notes)
-    with pytest.raises(CheckpointError, match=r"Toy \.toyw stores those transposed"):
-        write_weights(tmp_path / "x.toyw", weights, "toy")
-    assert not (tmp_path / "x.toyw").exists()
+    # the kinds read from the file carry over; plain arrays carry none and are refused
+    write_weights(tmp_path / "x.toyw", weights, "toy")
+    np.testing.assert_array_equal(read_native(tmp_path / "x.toyw")[1]["head.weight"],
+                                  own["head.weight"])  # fmt: skip
+    with pytest.raises(CheckpointError, match=r"Toy \.toyw stores Linear weights transposed"):
+        write_weights(tmp_path / "y.toyw", dict(weights.params), "toy")
+    assert not (tmp_path / "y.toyw").exists()
 
 
 def test_unknown_file_message_lists_the_registered_formats(toy: None, tmp_path: Path) -> None:
@@ -300,7 +308,11 @@ def test_paddle_name_table_decides_the_transposed_tensors(tmp_path: Path) -> Non
 
     net = Own()
     paddle.save(net.state_dict(), str(tmp_path / "own.pdparams"))
-    weights = read_weights(tmp_path / "own.pdparams")
+    # ``table`` is the custom layer's own parameter (own_0.w_0): how that layer uses it is
+    # its own code's business, so the file is no evidence of its layout
+    with pytest.raises(CheckpointError, match=r"not known: table \(4, 6\)"):
+        read_weights(tmp_path / "own.pdparams")
+    weights = read_weights(tmp_path / "own.pdparams", name_map={"table": {"transpose": False}})
     np.testing.assert_array_equal(weights.params["head.weight"], net.head.weight.numpy().T)
     np.testing.assert_array_equal(weights.params["table"], net.table.numpy())
     assert any("transposed as Linear weights" in n for n in weights.notes), weights.notes

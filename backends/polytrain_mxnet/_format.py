@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from polytrain.backend.native_format import LayoutRules, NativeFormat, PathLike
+from polytrain.backend.optimizer_file import OptimizerFile
 from polytrain.errors import CheckpointError
 
 MX_LIST_MAGIC = 0x112
@@ -53,6 +54,17 @@ class MXNetFormat(NativeFormat):
 
     def encode(self, tensors: Mapping[str, np.ndarray]) -> bytes:
         return _encode(tensors)
+
+    def read_optimizer(
+        self, path: PathLike, weights: PathLike, settings: Mapping[str, Any]
+    ) -> OptimizerFile:
+        """A Gluon ``Trainer.save_states`` file, see ``_optimizer_state``."""
+        from ._optimizer_state import read_states
+
+        def parse(raw: bytes, source: str) -> np.ndarray | None:
+            return _mx_array(_Reader(raw, source))
+
+        return read_states(path, weights, _read(weights), settings, parse)
 
 
 class _Reader:

@@ -13,25 +13,46 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from polytrain.backend.native_format import LayoutRules, NativeFormat, PathLike
+from polytrain.backend.optimizer_file import OptimizerFile
 from polytrain.errors import CheckpointError
 from polytrain.utils import safe_pickle
 
+from ._optimizer_state import refuse_optimizer_state
+
 NAME_TABLE = "StructuredToParameterName@@"
 SLICES = "UnpackBigParamInfor@@"
-# the layer kinds of the name table's parameter names (``linear_0.w_0``) that matter here
-KINDS = {"linear": "Linear"}
+# Paddle names a parameter nobody named ``<layer>_<n>.w_<k>`` / ``.b_<k>``: ``<layer>`` is
+# the snake-case class name of the layer that created it (paddle/nn/layer/layers.py,
+# ``_convert_camel_to_snake``; ``Linear`` -> ``linear_0``), the rest from
+# ``unique_name.generate`` (paddle/base/unique_name.py, layer_helper_base.py). The layers of
+# paddle.nn whose parameters' layout is known, by that snake-case name:
+KINDS = {
+    "linear": "Linear",  # weight [in, out]
+    "embedding": "Embedding",  # weight [num_embeddings, embedding_dim], as PyTorch
+    "conv1d": "Conv1d",
+    "conv2d": "Conv2d",
+    "conv3d": "Conv3d",
+    "batch_norm1d": "BatchNorm1d",
+    "batch_norm2d": "BatchNorm2d",
+    "batch_norm3d": "BatchNorm3d",
+    "layer_norm": "LayerNorm",
+}
+GENERATED = re.compile(r"(?P<layer>[a-z][a-z0-9_]*?)_\d+\.[wb]_\d+")
 
 
 class PaddleFormat(NativeFormat):
     """``.pdparams`` files: Linear ``weight`` is stored [in, out] (transposed); BatchNorm
     running_mean / running_var are ``_mean`` / ``_variance``. For a model that is none of
-    the built-in ones, the file's name table tells which 2-D tensors are Linear weights."""
+    the built-in ones, the file's name table tells which 2-D tensors are Linear weights,
+    where Paddle generated their names."""
 
     name = "paddle"
     label = "Paddle .pdparams"
@@ -53,16 +74,34 @@ class PaddleFormat(NativeFormat):
     def encode(self, tensors: Mapping[str, np.ndarray]) -> bytes:
         return _encode(tensors)
 
+    def read_optimizer(
+        self, path: PathLike, weights: PathLike, settings: Mapping[str, Any]
+    ) -> OptimizerFile:
+        """A ``.pdopt`` (``paddle.save(opt.state_dict())``), see ``_optimizer_state``."""
+        from ._optimizer_state import read_pdopt
+
+        return read_pdopt(path, weights, settings)
+
+    layer_evidence = (
+        "its name table (where only a name Paddle generated, like linear_0.w_0, counts)"
+    )
+
     def layer_kinds(self, path: PathLike) -> dict[str, str] | None:
-        """From the name table ``paddle.save`` stores (``fc.weight`` -> ``linear_0.w_0``)."""
+        """From the name table ``paddle.save`` stores (``fc.weight`` -> ``linear_0.w_0``),
+        for the parameters whose names Paddle generated for a layer of paddle.nn (see
+        KINDS). A name the user gave (``ParamAttr(name="fc_0.w_0")``, ``proj_weights``)
+        or a custom layer's own parameter says nothing about the layout: left out."""
         table = _name_table(path)
         if not table:
             return None
-        out = {}
-        for structured, param in table.items():
-            prefix = param.partition(".")[0].rpartition("_")[0]  # linear_0.w_0 -> linear
-            out[structured] = KINDS.get(prefix, prefix)
-        return out
+        return {s: kind for s, p in table.items() if (kind := generated_kind(p)) is not None}
+
+
+def generated_kind(param: str) -> str | None:
+    """The layer kind of a parameter name Paddle generated for a layer of paddle.nn
+    (``linear_3.w_0`` -> ``Linear``), else None."""
+    found = GENERATED.fullmatch(param)
+    return None if found is None else KINDS.get(found["layer"])
 
 
 def _read(path: PathLike) -> dict[str, np.ndarray]:
@@ -87,6 +126,7 @@ def _read(path: PathLike) -> dict[str, np.ndarray]:
             state[key] = np.concatenate(parts).reshape(info["OriginShape"])
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CheckpointError(f"{source}: corrupt sliced-array table: {exc!r}") from exc
+    refuse_optimizer_state(state, source)
     out = {}
     for key, value in state.items():
         if isinstance(key, str) and key.endswith("@@"):  # the name table, not a tensor

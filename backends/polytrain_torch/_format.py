@@ -23,6 +23,7 @@ from typing import IO, Any
 import numpy as np
 
 from polytrain.backend.native_format import LayoutRules, NativeFormat, PathLike
+from polytrain.backend.optimizer_file import OptimizerFile
 from polytrain.errors import CheckpointError
 
 ZIP_MAGIC = b"PK\x03\x04"
@@ -81,6 +82,12 @@ class TorchFormat(NativeFormat):
         buffer = io.BytesIO()  # archive name "archive", whatever the file will be called
         torch.save(state, buffer)
         return buffer.getvalue()
+
+    def encode_optimizer(self, state: OptimizerFile) -> bytes:
+        """``torch.save(optimizer.state_dict())``, see ``_optimizer_state``."""
+        from ._optimizer_state import encode_optimizer
+
+        return encode_optimizer(state)
 
 
 _TORCH_STORAGES = {

@@ -14,9 +14,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from polytrain.backend.optimizer_file import OptimizerFile
 from polytrain.errors import CheckpointError
 from polytrain.utils.fileio import atomic_write_bytes
 
@@ -75,6 +77,8 @@ class NativeFormat(ABC):
     layout: LayoutRules = LayoutRules()
     order: int = 100
     """detection and listing order (the lowest first)"""
+    layer_evidence: str = "the file"
+    """what :meth:`layer_kinds` reads, for messages, e.g. ``its name table``"""
 
     @abstractmethod
     def sniff(self, head: bytes, path: PathLike) -> bool:
@@ -93,9 +97,31 @@ class NativeFormat(ABC):
         May import the framework (an ImportError then says it is missing)."""
 
     def layer_kinds(self, path: PathLike) -> Mapping[str, str] | None:
-        """native name -> layer kind as the file itself records it (a name table), for a
-        model that is none of the built-in ones; None when the file records none."""
+        """native name -> layer kind, for a model that is none of the built-in ones, where
+        the file itself establishes it (a name table the framework generated); a tensor
+        left out has no evidence, and a 2-D one then needs the user's map. None when the
+        file records nothing. Never from a tensor's name or shape alone."""
         return None
+
+    def read_optimizer(
+        self, path: PathLike, weights: PathLike, settings: Mapping[str, Any]
+    ) -> OptimizerFile:
+        """The optimizer state in ``path``, a file of this framework written by the run
+        whose weights are ``weights``; tensors named as in ``weights``, in its layout.
+        ``settings`` are the user's (:func:`~polytrain.backend.optimizer_file.parse_settings`)."""
+        raise CheckpointError(
+            f"polytrain reads no optimizer state next to {self.label} weights "
+            f"({os.fspath(path)}): it ports optimizer files of the formats whose plugins "
+            "read them (see docs/porting.md, Optimizer state)."
+        )
+
+    def encode_optimizer(self, state: OptimizerFile) -> bytes:
+        """The bytes of this framework's optimizer file for ``state`` (canonical names
+        and layout, parameters in the model's order). May import the framework."""
+        raise CheckpointError(
+            f"polytrain writes no optimizer file for {self.label}; write the optimizer "
+            "state to PyTorch (--to torch) or a neutral checkpoint (--to neutral)."
+        )
 
     def write(self, path: PathLike, tensors: Mapping[str, np.ndarray]) -> None:
         """Write ``tensors`` (native names and layout) to ``path``, atomically."""

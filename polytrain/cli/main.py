@@ -453,13 +453,41 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     """Convert weights between .pt, .pdparams, .params and neutral checkpoints."""
-    from polytrain.io.convert import convert
+    from polytrain.io.convert import convert, plan_map
 
+    if args.print_map:
+        found, notes = plan_map(args.input, args.to, model=args.model, name_map=args.map)
+        print(_map_json(found))
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
+        return 0
+    if args.output is None:
+        args.subparser.error("the output file is required (or --print-map)")
+    if args.optimizer is not None:
+        from polytrain.io.optimizer_state import convert_with_optimizer
+
+        report = convert_with_optimizer(
+            args.input, args.output, args.to, optimizer=args.optimizer,
+            settings=args.optimizer_setting, optimizer_out=args.optimizer_out,
+            model=args.model, name_map=args.map, dtype=args.dtype,
+        )  # fmt: skip
+        print(report.format())
+        return 0
     report = convert(
         args.input, args.output, args.to, model=args.model, name_map=args.map, dtype=args.dtype
     )
     print(report.format())
     return 0
+
+
+def _map_json(found: dict[str, Any], indent: str = "") -> str:
+    """A map as JSON, one entry a line (per-format maps nested)."""
+    lines = []
+    for key, value in found.items():
+        nested = isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())
+        text = _map_json(value, indent + "  ") if nested and value else json.dumps(value)
+        lines.append(f"{indent}  {json.dumps(key)}: {text}")
+    return "{\n" + ",\n".join(lines) + f"\n{indent}}}"
 
 
 def _convert_formats() -> dict[str, NativeFormat]:
@@ -597,16 +625,49 @@ def build_parser() -> argparse.ArgumentParser:
     )
     suffixes = "/".join(f.suffix for f in formats.values())
     p.add_argument("input", help=f"a {suffixes} file or a checkpoint (run) directory")
-    p.add_argument("output", help="the file to write (a directory for --to neutral)")
+    p.add_argument("output", nargs="?", help="the file to write (a directory for --to neutral)")
     p.add_argument("--to", required=True, choices=[*formats, "neutral"] if formats else None)
     p.add_argument("--model", default=None, help="built-in model (default: detected)")
-    p.add_argument("--map", default=None, help="JSON name map for your own model")
+    p.add_argument(
+        "--map",
+        default=None,
+        help="JSON name map for your own model; may be partial, with prefix and re: entries "
+        "(docs/porting.md)",
+    )
+    p.add_argument(
+        "--print-map",
+        action="store_true",
+        help="print the map this conversion would use (the --map JSON) and write nothing",
+    )
     p.add_argument(
         "--dtype",
         default=None,
         choices=["float32", "float64"],
         help="of the weights written (default: float32 for .pt/.pdparams/.params, the "
         "source's for a neutral checkpoint)",
+    )
+    p.add_argument(
+        "--optimizer",
+        default=None,
+        metavar="FILE",
+        help="the optimizer state of the same run (.pdopt, Gluon Trainer.save_states): "
+        "into the neutral checkpoint, or a torch.optim state dict (--optimizer-out)",
+    )
+    p.add_argument(
+        "--optimizer-out",
+        default=None,
+        metavar="FILE",
+        help="where the ported optimizer state goes (default: OUTPUT with .optimizer "
+        "before its suffix, e.g. model.optimizer.pt)",
+    )
+    p.add_argument(
+        "--optimizer-setting",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="a hyperparameter the optimizer file does not record: optimizer=adam|adamw|"
+        "momentum|adagrad|sgd, lr, momentum, betas=B1,B2, eps, weight_decay, nesterov; "
+        "order=FILE (Gluon: the Trainer's parameter order)",
     )
     p.set_defaults(func=cmd_convert, subparser=p)
 

@@ -11,28 +11,24 @@ and ``load_native`` reads: PyTorch identical (plus ``num_batches_tracked``, and 
 DDP's ``module.``), Paddle with Linear weights [in, out] and BatchNorm ``_mean`` /
 ``_variance``, MXNet with BatchNorm ``gamma`` / ``beta``.
 
-For your own model, give a JSON map (``--map FILE``, or :func:`load_map` in Python)::
+For your own model, give a JSON map (``--map FILE``, or :func:`load_map` in Python; the
+syntax is in :mod:`polytrain.io.name_map`): keys are canonical names (your PyTorch model's
+state-dict names), entries exact, prefix or regex, each giving the native name and/or
+the layout. A map may be partial: its entries are merged over the built-in map (with
+``--model``) or the generic rules. It describes the non-canonical side of a conversion;
+to convert between two non-canonical formats give one per format (``{"paddle": {...},
+"mxnet": {...}}``). :func:`plan_map` (``--print-map``) gives the map the tool would use.
 
-    {"features.0.weight": {"native": "conv1.weight"},
-     "classifier.weight": {"native": "fc.weight", "transpose": true, "shape": [10, 980]},
-     "classifier.bias": "fc.bias"}
-
-Keys are canonical names (your PyTorch model's state-dict names); ``native`` is the
-name in the other format's file, ``transpose`` (default false) says it is stored
-transposed (Paddle's Linear), ``shape`` (optional, canonical) is checked; a plain string
-is short for ``{"native": ...}``. The map describes the non-canonical side of a
-conversion (the PyTorch side is canonical); to convert between two non-canonical formats
-give one per format: ``{"paddle": {...}, "mxnet": {...}}``. With ``--model`` too, the map
-overrides the built-in entries it names. Without a model or a map, a model that is none
-of the built-in ones converts by generic rules where those are safe: canonical formats
-and neutral as they are; the others with their renames undone (MXNet gamma/beta, Paddle
-_mean/_variance) and, where a format stores some layer's weights transposed, only when
-the file's own name table says which 2-D tensors those are.
+The generic rules, for a model that is none of the built-in ones: canonical formats and
+neutral as they are; the others with their leaf renames undone. Where a format stores
+some layer kind's weights transposed, a 2-D tensor's layout is decided by what its layer
+is, from the map or from what the file itself records (the plugin's
+:meth:`~polytrain.backend.native_format.NativeFormat.layer_kinds`), never from a name or
+a shape; without that evidence the conversion stops with one message naming the tensors.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,11 +37,19 @@ from typing import Any
 
 import numpy as np
 
-from polytrain.backend.mismatch import compare_names, compare_shapes, name_list
-from polytrain.backend.native_format import NativeFormat
+from polytrain.backend.mismatch import compare_shapes, name_list
+from polytrain.backend.native_format import LayoutRules, NativeFormat
 from polytrain.errors import CheckpointError, ConfigError, PolytrainError
 from polytrain.io import native as native_io
 from polytrain.io.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
+from polytrain.io.name_map import (
+    MapEntry,
+    NameMap,
+    UserEntry,
+    UserMap,
+    load_map,
+    undecided_message,
+)
 from polytrain.io.native import NEUTRAL
 from polytrain.neutral.models import (
     MODELS,
@@ -59,75 +63,22 @@ PathLike = str | os.PathLike[str]
 DTYPES = ("float32", "float64")  # of the float tensors a conversion writes
 _LIST_MAX = 6
 _NORM = BatchNorm2d.__name__  # the layer kind the generic rules recognise (running stats)
+__all__ = [
+    "ConvertReport",
+    "MapEntry",
+    "NameMap",
+    "Weights",
+    "builtin_map",
+    "convert",
+    "load_map",
+    "plan_map",
+    "read_weights",
+    "targets",
+    "write_weights",
+]  # fmt: skip
 
 
 # -- maps -----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MapEntry:
-    """Where one canonical tensor lives in a native file."""
-
-    native: str
-    transpose: bool = False
-    shape: tuple[int, ...] | None = None  # canonical shape, checked when given
-
-    def native_shape(self, canonical: tuple[int, ...]) -> tuple[int, ...]:
-        return tuple(reversed(canonical)) if self.transpose else tuple(canonical)
-
-
-@dataclass
-class NameMap:
-    """canonical name -> :class:`MapEntry` for one format (``framework``: its name), in
-    model order.
-
-    ``constants`` are native-only entries written as they are (PyTorch's
-    num_batches_tracked); native names ending in ``ignore`` are skipped when reading."""
-
-    framework: str
-    entries: dict[str, MapEntry]
-    constants: dict[str, np.ndarray] = field(default_factory=dict)
-    ignore: tuple[str, ...] = ()
-    source: str = "built-in"
-
-    def to_native(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Native tensors from canonical ones (every entry of the map must be given)."""
-        compare_names(self.entries, params).check(
-            f"the weights does not match {self.source}", _LIST_MAX
-        )
-        out: dict[str, np.ndarray] = {}
-        for name, entry in self.entries.items():
-            value = np.asarray(params[name])
-            out[entry.native] = np.ascontiguousarray(value.T if entry.transpose else value)
-        out.update(self.constants)
-        return out
-
-    def to_canonical(self, tensors: Mapping[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
-        """Canonical tensors from native ones; missing, unexpected or misshapen entries are
-        one CheckpointError naming them in the file's own terms."""
-        present = [k for k in tensors if not (self.ignore and k.endswith(self.ignore))]
-        expected = [e.native for e in self.entries.values()]
-        compare_names(expected, present).check(f"{what} does not match {self.source}", _LIST_MAX)
-        want = {
-            e.native: e.native_shape(e.shape) for e in self.entries.values() if e.shape is not None
-        }
-        wrong = compare_shapes(want, {n: tuple(np.shape(tensors[n])) for n in want})
-        if wrong:
-            note = native_io.get_format(self.framework).layout.note
-            wrong.check(f"{what} does not fit {self.source} ({note})", _LIST_MAX)
-        out = {}
-        for name, entry in self.entries.items():
-            value = np.asarray(tensors[entry.native])
-            out[name] = np.ascontiguousarray(value.T if entry.transpose else value)
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form of this map (the format of ``--map``)."""
-        return {
-            name: {"native": e.native, "transpose": e.transpose}
-            | ({"shape": list(e.shape)} if e.shape is not None else {})
-            for name, e in self.entries.items()
-        }
 
 
 def builtin_map(spec: ModelSpec, framework: str) -> NameMap:
@@ -140,67 +91,12 @@ def builtin_map(spec: ModelSpec, framework: str) -> NameMap:
         kind = type(layer).__name__
         for leaf, shape in layer_parameters(layer).items():
             native = f"{path}.{layout.native_leaf(kind, leaf)}"
-            entries[f"{path}.{leaf}"] = MapEntry(native, layout.is_transposed(kind, leaf), shape)
+            transposed = layout.is_transposed(kind, leaf)
+            entries[f"{path}.{leaf}"] = MapEntry(native, transposed, shape, kind)
         for leaf, value in layout.constants.get(kind, {}).items():
             constants[f"{path}.{leaf}"] = value
     ignore = layout.ignored_suffixes
     return NameMap(framework, entries, constants, ignore, source=f"model {spec.name!r}")
-
-
-def load_map(source: PathLike | Mapping[str, Any]) -> dict[str | None, dict[str, MapEntry]]:
-    """Parse a user map (a JSON file or the same structure in Python). Returns the
-    entries per format; the key None holds a map that names no format."""
-    what = "the map"
-    if isinstance(source, Mapping):
-        data: Any = source
-    else:
-        what = f"map file {source}"
-        try:
-            data = json.loads(Path(source).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(f"Cannot read {what}: {exc.strerror or exc}.") from exc
-        except ValueError as exc:
-            raise ConfigError(f"{what} is not valid JSON: {exc}.") from exc
-    if not isinstance(data, Mapping) or not data:
-        raise ConfigError(f"{what} must be a non-empty JSON object {{canonical name: entry}}.")
-    per_framework = set(data) <= set(native_io.formats()) and all(
-        isinstance(v, Mapping) and "native" not in v for v in data.values()
-    )
-    if per_framework:
-        return {fw: _parse_entries(entries, f"{what} [{fw}]") for fw, entries in data.items()}
-    return {None: _parse_entries(data, what)}
-
-
-def _parse_entries(data: Any, what: str) -> dict[str, MapEntry]:
-    if not isinstance(data, Mapping) or not data:
-        raise ConfigError(f"{what} must be a non-empty object {{canonical name: entry}}.")
-    out = {}
-    for name, value in data.items():
-        if isinstance(value, str):
-            value = {"native": value}
-        try:
-            if not isinstance(value, Mapping) or not isinstance(value["native"], str):
-                raise TypeError("needs 'native': a name")
-            unknown = set(value) - {"native", "transpose", "shape"}
-            if unknown:
-                raise TypeError(f"unknown keys {sorted(unknown)}")
-            shape = value.get("shape")
-            out[str(name)] = MapEntry(
-                value["native"],
-                bool(value.get("transpose", False)),
-                None if shape is None else tuple(int(s) for s in shape),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(
-                f"{what}: entry {name!r} is {value!r}; write "
-                '{"native": "name in the file", "transpose": false} or just "name in the file" '
-                f"({exc})."
-            ) from None
-    natives = [e.native for e in out.values()]
-    dupes = sorted({n for n in natives if natives.count(n) > 1})
-    if dupes:
-        raise ConfigError(f"{what} maps several canonical names to {_names(dupes)}.")
-    return out
 
 
 # -- reading --------------------------------------------------------------------------------------
@@ -216,6 +112,7 @@ class Weights:
     path: Path
     notes: list[str] = field(default_factory=list)
     checkpoint: Any = None  # the Checkpoint, when read from a neutral one
+    kinds: dict[str, str] = field(default_factory=dict)  # canonical name -> layer kind, if known
 
 
 def read_weights(
@@ -230,11 +127,28 @@ def read_weights(
     built-in name or spec) and ``name_map`` say how names map (see the module docstring);
     ``other`` is the format on the other side of a conversion, which decides what a map
     without format keys describes."""
+    return _read(path, _spec(model), name_map, other)[0]
+
+
+def read_weights_with_map(
+    path: PathLike,
+    *,
+    model: str | ModelSpec | None = None,
+    name_map: PathLike | Mapping[str, Any] | None = None,
+    other: str = NEUTRAL,
+) -> tuple[Weights, NameMap | None]:
+    """:func:`read_weights` and the map that read them (None for a neutral checkpoint)."""
+    return _read(path, _spec(model), name_map, other)
+
+
+def _read(path: PathLike, spec: ModelSpec | None, name_map: PathLike | Mapping[str, Any] | None,
+          other: str, *, decided: bool = True) -> tuple[Weights, NameMap | None]:  # fmt: skip
+    """The weights and the map that read them (None for a neutral checkpoint); with
+    ``decided`` False, tensors of unknown layout are read as they are."""
     fmt = native_io.detect_format(path)
-    spec = _spec(model)
     user = load_map(name_map) if name_map is not None else None
     if fmt == NEUTRAL:
-        return _read_neutral(path, spec)
+        return _read_neutral(path, spec), None
     declared = native_io.get_format(fmt)
     tensors = declared.read(path)
     for prefix in declared.layout.strip_prefixes:
@@ -244,9 +158,14 @@ def read_weights(
     notes: list[str] = []
     if spec is None and user is None:
         spec = _detect_model(fmt, tensors, notes)
-    nmap = _map_for(fmt, spec, user, other)
-    if nmap is None:
-        nmap = _generic_map(fmt, tensors, path, notes)
+    side = _user_side(fmt, user, other)
+    if spec is not None:
+        nmap = _merge_spec(builtin_map(spec, fmt), side, spec)
+    else:
+        nmap = _generic_read_map(fmt, tensors, path, side, notes)
+    if decided:
+        shapes = {n: _shape_of(tensors, e.native) for n, e in nmap.entries.items()}
+        _check_decided(nmap, what, declared.layer_evidence, shapes)
     try:
         params = nmap.to_canonical(tensors, what)
     except CheckpointError as exc:
@@ -256,7 +175,9 @@ def read_weights(
         raise CheckpointError(
             f"{exc} It holds model {found[0]!r}: pass --model {found[0]}."
         ) from None
-    return Weights(_as_floats(params, "float32"), spec, fmt, Path(path), notes)
+    kinds = {name: e.kind for name, e in nmap.entries.items() if e.kind is not None}
+    weights = Weights(_as_floats(params, "float32"), spec, fmt, Path(path), notes, kinds=kinds)
+    return weights, nmap
 
 
 def _read_neutral(path: PathLike, spec: ModelSpec | None) -> Weights:
@@ -310,45 +231,97 @@ def _matching_models(fmt: str, tensors: Mapping[str, np.ndarray]) -> list[str]:
     return out
 
 
-def _generic_map(fmt: str, tensors: Mapping[str, np.ndarray], path: PathLike,
-                 notes: list[str]) -> NameMap:  # fmt: skip
-    """A map for a model that is none of the built-in ones, by the safe generic rules:
-    the format's renames undone on every leaf; where it stores some layer kinds' weights
-    transposed, every 2-D tensor's kind must come from the file itself."""
+def _generic_read_map(fmt: str, tensors: Mapping[str, np.ndarray], path: PathLike,
+                      user: UserMap | None, notes: list[str]) -> NameMap:  # fmt: skip
+    """A map for a model that is none of the built-in ones: the user's entries first, then
+    the generic rules (the format's leaf renames undone); where the format stores some
+    layer kinds transposed, a 2-D tensor's layout comes from the map or from what the file
+    itself records about its layer, else it stays undecided."""
     declared = native_io.get_format(fmt)
     layout = declared.layout
     renames = layout.canonical_leaves()
-    transposing = _kinds(declared)  # the layer kinds it stores transposed, if any
-    kinds = declared.layer_kinds(path) if transposing else None
-    entries = {}
-    transposed = []
+    transposing = bool(_kinds(declared))
+    evidence = (declared.layer_kinds(path) or {}) if transposing else {}
+    user = user or UserMap({})
+    by_native = {_exact_native(name, e, layout): name for name, e in user.exact.items()}
+    entries: dict[str, MapEntry] = {}
+    matched: set[str] = set()
     for native, value in tensors.items():
         if native.endswith(layout.ignored_suffixes):
             continue
-        head, _, leaf = native.rpartition(".")
-        canonical = f"{head}.{renames.get(leaf, leaf)}" if head else renames.get(leaf, leaf)
-        transpose = False
-        if transposing and np.ndim(value) == 2:
-            if kinds is None or native not in kinds:
-                raise CheckpointError(
-                    f"{path} is not one of the built-in models ({', '.join(MODELS)}) and its "
-                    f"2-D tensor {native!r} may be a {transposing} weight (stored "
-                    "transposed) or not; the file has no name table to tell. Give --model "
-                    "NAME or --map FILE (see docs/porting.md)."
-                )
-            transpose = layout.is_transposed(kinds[native], renames.get(leaf, leaf))
-            if transpose:
-                transposed.append(native)
-        entries[canonical] = MapEntry(native, transpose)
+        if native in by_native:
+            canonical = by_native[native]
+            given = user.exact[canonical]
+        else:
+            name, given = native, UserEntry()
+            found = user.rule_for_native(native)
+            if found is not None:
+                (rule, name), given = found, UserEntry(kind=found[0].kind)
+                matched.add(rule.key)
+            head, _, leaf = name.rpartition(".")
+            canonical = f"{head}.{renames.get(leaf, leaf)}" if head else renames.get(leaf, leaf)
+        if canonical in entries:
+            raise ConfigError(
+                f"{path}: {entries[canonical].native!r} and {native!r} would both be "
+                f"{canonical!r}; give one of them another name in the map."
+            )
+        kind = given.kind or evidence.get(native)
+        transpose = given.transpose
+        if transpose is None:
+            transpose = _layout(layout, kind, canonical, np.ndim(value), transposing)
+        entries[canonical] = MapEntry(native, transpose, given.shape, kind)
+    for name, given in user.exact.items():  # named by the map, not in the file: missing
+        entries.setdefault(name, MapEntry(_exact_native(name, given, layout), False, given.shape))
+    _generic_notes(fmt, declared, entries, user, matched, notes)
+    return NameMap(fmt, entries, ignore=layout.ignored_suffixes, source=f"the generic {fmt} rules")
+
+
+def _generic_notes(fmt: str, declared: NativeFormat, entries: Mapping[str, MapEntry],
+                   user: UserMap, matched: set[str], notes: list[str]) -> None:  # fmt: skip
+    renames = declared.layout.canonical_leaves()
     rule = "as it is"
     if renames:
         rule = f"{'/'.join(renames)} -> {'/'.join(renames.values())}"
     notes.append(f"not a built-in model: generic {fmt} rules ({rule})")
+    transposed = [e.native for e in entries.values() if e.transpose]
     if transposed:
-        notes.append(
-            f"transposed as {transposing} weights (the file's name table): {_names(transposed)}"
-        )
-    return NameMap(fmt, entries, ignore=layout.ignored_suffixes, source=f"the generic {fmt} rules")
+        notes.append(f"transposed as {_kinds(declared)} weights: {_names(transposed)}")
+    unused = [r.key for r in user.rules if r.key not in matched]
+    if unused:
+        notes.append(f"map entries that matched no tensor: {_names(unused)}")
+
+
+def _layout(layout: LayoutRules, kind: str | None, name: str, ndim: int,
+            transposing: bool) -> bool | None:  # fmt: skip
+    """Whether a tensor is stored transposed: by its layer kind where known; a 2-D tensor
+    of unknown kind is undecided (None) in a format that transposes some kind."""
+    if kind is not None:
+        return layout.is_transposed(kind, name.rpartition(".")[2])
+    return None if transposing and ndim == 2 else False
+
+
+def _exact_native(name: str, given: UserEntry, layout: LayoutRules) -> str:
+    """The native name of an exact map entry: as given, else the canonical one with the
+    format's leaf name for the entry's kind."""
+    if given.native is not None:
+        return given.native
+    if given.kind is None:
+        return name
+    head, _, leaf = name.rpartition(".")
+    native_leaf = layout.native_leaf(given.kind, leaf)
+    return f"{head}.{native_leaf}" if head else native_leaf
+
+
+def _check_decided(nmap: NameMap, what: str, evidence: str,
+                   shapes: Mapping[str, tuple[int, ...]]) -> None:  # fmt: skip
+    if not nmap.undecided():
+        return
+    declared = native_io.get_format(nmap.framework)
+    stores = (
+        f"{declared.label} stores {_kinds(declared)} weights transposed "
+        f"({declared.layout.note}) and other 2-D tensors as they are"
+    )
+    raise CheckpointError(undecided_message(what, nmap, shapes, evidence, stores))
 
 
 # -- writing --------------------------------------------------------------------------------------
@@ -393,11 +366,24 @@ def write_weights(
     user = load_map(name_map) if name_map is not None else None
     if to == NEUTRAL:
         return _write_neutral(path, params, spec, ck, weights, target)
-    nmap = _map_for(to, spec, user, other)
-    if nmap is None:
-        nmap = _generic_write_map(to, params)
+    kinds = weights.kinds if isinstance(weights, Weights) else {}
+    nmap = _write_map(to, params, spec, user, other, kinds)
+    shapes = {n: _shape_of(params, n) for n in nmap.entries}
+    _check_decided(nmap, f"writing {path}", "the weights (a state dict records no layer kinds)",
+                   shapes)  # fmt: skip
     native_io.write_native(path, to, nmap.to_native(params))
     return Path(path)
+
+
+def _write_map(to: str, params: Mapping[str, np.ndarray], spec: ModelSpec | None,
+               user: dict[str | None, UserMap] | None, other: str,
+               kinds: Mapping[str, str]) -> NameMap:  # fmt: skip
+    """The map that writes ``params`` as ``to``: the built-in one (with the user's entries
+    over it) for a model spec, else the user's entries over the generic rules."""
+    side = _user_side(to, user, other)
+    if spec is not None:
+        return _merge_spec(builtin_map(spec, to), side, spec)
+    return _generic_write_map(to, params, side, kinds)
 
 
 def _write_neutral(path: PathLike, params: dict[str, np.ndarray], spec: ModelSpec | None,
@@ -422,22 +408,42 @@ def _write_neutral(path: PathLike, params: dict[str, np.ndarray], spec: ModelSpe
     )
 
 
-def _generic_write_map(to: str, params: Mapping[str, np.ndarray]) -> NameMap:
+def _generic_write_map(to: str, params: Mapping[str, np.ndarray], user: UserMap | None,
+                       kinds: Mapping[str, str]) -> NameMap:  # fmt: skip
+    """Names as they are (a normalisation layer's leaves renamed as the format names them);
+    where the format stores some layer kinds transposed, a 2-D tensor's layout comes from
+    the map or the layer kinds read with the weights, else it stays undecided."""
     declared = native_io.get_format(to)
     layout = declared.layout
-    two_d = [k for k, v in params.items() if np.ndim(v) == 2]
-    if _kinds(declared) and two_d:
-        raise CheckpointError(
-            f"Not one of the built-in models: cannot tell whether {_names(two_d)} are "
-            f"{_kinds(declared)} weights ({declared.label} stores those transposed). Give "
-            "--model NAME or --map FILE (see docs/porting.md)."
-        )
+    transposing = bool(_kinds(declared))
+    user = user or UserMap({})
+    unknown = [n for n in user.exact if n not in params]
+    if unknown:
+        raise ConfigError(f"The map names {_names(unknown)}, which the weights lack.")
     entries = {}
-    for name in params:
-        head, _, leaf = name.rpartition(".")
-        if _looks_like_norm(name, params):
-            leaf = layout.native_leaf(_NORM, leaf)
-        entries[name] = MapEntry(f"{head}.{leaf}" if head else leaf)
+    for name, value in params.items():
+        given = user.exact.get(name, UserEntry())
+        kind = given.kind
+        native = given.native
+        if native is None:
+            head, _, leaf = name.rpartition(".")
+            if kind is None and _looks_like_norm(name, params):
+                leaf = layout.native_leaf(_NORM, leaf)
+            elif kind is not None:
+                leaf = layout.native_leaf(kind, leaf)
+            native = f"{head}.{leaf}" if head else leaf
+            found = user.rule_for_canonical(native) if name not in user.exact else None
+            if found is not None:
+                native, kind = found[1], kind or found[0].kind
+        kind = kind or kinds.get(name)  # what the source file said, for the layout
+        transpose = given.transpose
+        if transpose is None:
+            transpose = _layout(layout, kind, name, np.ndim(value), transposing)
+        entries[name] = MapEntry(native, transpose, given.shape, kind)
+    natives = [e.native for e in entries.values()]
+    dupes = sorted({n for n in natives if natives.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"Several tensors would be written as {_names(dupes)}: fix the map.")
     return NameMap(to, entries, source=f"the generic {to} rules")
 
 
@@ -506,46 +512,101 @@ def convert(
     )
 
 
+def plan_map(
+    source: PathLike,
+    to: str,
+    *,
+    model: str | ModelSpec | None = None,
+    name_map: PathLike | Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """The map :func:`convert` would use for ``source`` and ``to``, in the JSON form of
+    ``--map`` (for the side a map describes; per format when both need one), and notes.
+    Writes nothing. A tensor whose layout is not known has ``"transpose": null``."""
+    _check_target(to)
+    try:
+        weights, read_map = _read(source, _spec(model), name_map, to, decided=False)
+        user = load_map(name_map) if name_map is not None else None
+        write_map = None
+        if to != NEUTRAL:
+            spec = _spec(model) or weights.spec
+            write_map = _write_map(to, weights.params, spec, user, weights.format, weights.kinds)
+    except PolytrainError as exc:
+        raise type(exc)(" ".join(str(exc).split())) from exc
+    sides: dict[str, NameMap] = {}
+    if read_map is not None:
+        sides[weights.format] = read_map
+    if write_map is not None and to not in sides:
+        sides[to] = write_map
+    shapes = {n: tuple(np.shape(a)) for n, a in weights.params.items()}
+    maps = {fw: _with_shapes(m, shapes) for fw, m in sides.items()}
+    notes = list(weights.notes)
+    undecided = sorted({n for m in sides.values() for n in m.undecided()})
+    if undecided:
+        notes.append(
+            f'{len(undecided)} tensor(s) need a decision: set "transpose" where it is null '
+            f"(true for a weight stored transposed, false for any other): {_names(undecided)}"
+        )
+    others = {weights.format: to, to: weights.format}
+    flat = [fw for fw in maps if _flat_map_side(fw, others[fw])]
+    if len(maps) == 1 or flat:
+        return maps[flat[0] if flat else next(iter(maps))], notes
+    return maps, notes
+
+
+def _with_shapes(nmap: NameMap, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
+    """``nmap.to_dict()`` with the canonical shape of every decided entry."""
+    out = nmap.to_dict()
+    for name, entry in out.items():
+        if entry["transpose"] is not None and name in shapes and "shape" not in entry:
+            entry["shape"] = list(shapes[name])
+    return out
+
+
 # -- helpers --------------------------------------------------------------------------------------
 
 
-def _map_for(
-    fw: str, spec: ModelSpec | None, user: dict[str | None, dict[str, MapEntry]] | None, other: str
-) -> NameMap | None:
-    """The map for the ``fw`` side of a conversion whose other side is ``other``."""
-    entries = None
-    if user is not None:
-        if fw in user:
-            entries = user[fw]
-        elif None in user and _flat_map_side(fw, other):
-            entries = user[None]
-        elif None in user and not _canonical(fw):
-            raise ConfigError(
-                f"The map names no framework, and both sides ({fw} and {other}) need one: "
-                f'write it as {{"{fw}": {{...}}, "{other}": {{...}}}}.'
-            )
-    base = builtin_map(spec, fw) if spec is not None else None
-    if entries is None:
-        if base is not None or user is None:
-            return base
-        names = next(iter(user.values()))  # identity over the canonical names of the map
-        identity = {n: MapEntry(n, False, e.shape) for n, e in names.items()}
-        return NameMap(fw, identity, ignore=_ignored(fw), source="the names of the map")
-    if base is None or spec is None:
-        return NameMap(fw, dict(entries), ignore=_ignored(fw), source="the map")
-    unknown = [n for n in entries if n not in base.entries]
+def _user_side(fw: str, user: dict[str | None, UserMap] | None, other: str) -> UserMap | None:
+    """The user's entries for the ``fw`` side of a conversion whose other side is ``other``."""
+    if user is None:
+        return None
+    if fw in user:
+        return user[fw]
+    if None in user and _flat_map_side(fw, other):
+        return user[None]
+    if None in user and not _canonical(fw):
+        raise ConfigError(
+            f"The map names no framework, and both sides ({fw} and {other}) need one: "
+            f'write it as {{"{fw}": {{...}}, "{other}": {{...}}}}.'
+        )
+    return None
+
+
+def _merge_spec(base: NameMap, user: UserMap | None, spec: ModelSpec) -> NameMap:
+    """The built-in map of ``spec`` with the user's entries over it."""
+    if user is None:
+        return base
+    unknown = [n for n in user.exact if n not in base.entries]
     if unknown:
         raise ConfigError(f"The map names {_names(unknown)}, which model {spec.name!r} lacks.")
-    merged = {
-        n: MapEntry(entries[n].native, entries[n].transpose, e.shape) if n in entries else e
-        for n, e in base.entries.items()
-    }
+    layout = native_io.get_format(base.framework).layout
+    merged = {}
+    for name, entry in base.entries.items():
+        given = user.exact.get(name)
+        if given is None:
+            found = user.rule_for_canonical(entry.native)
+            if found is None:
+                merged[name] = entry
+                continue
+            given = UserEntry(found[1], None, found[0].kind)
+        kind = given.kind or entry.kind
+        transpose = given.transpose
+        if transpose is None:
+            transpose = (
+                _layout(layout, given.kind, name, 0, False) if given.kind else entry.transpose
+            )
+        merged[name] = MapEntry(given.native or entry.native, transpose, entry.shape, kind)
     source = f"model {spec.name!r} with the map"
-    return NameMap(fw, merged, base.constants, base.ignore, source=source)
-
-
-def _ignored(fw: str) -> tuple[str, ...]:
-    return () if fw == NEUTRAL else native_io.get_format(fw).layout.ignored_suffixes
+    return NameMap(base.framework, merged, base.constants, base.ignore, source=source)
 
 
 def _canonical(fw: str) -> bool:
@@ -595,6 +656,10 @@ def _as_floats(params: Mapping[str, Any], dtype: str) -> dict[str, np.ndarray]:
         arr = np.asarray(value)
         out[name] = arr.astype(dtype, copy=False) if arr.dtype.kind == "f" else arr
     return out
+
+
+def _shape_of(tensors: Mapping[str, np.ndarray], name: str) -> tuple[int, ...]:
+    return tuple(np.shape(tensors[name])) if name in tensors else ()
 
 
 def _names(items: list[str]) -> str:

@@ -378,6 +378,12 @@ class Trainer:
         b.set_params(self.model, checkpoint.params)
         if checkpoint.optimizer_state is not None:
             self.optimizer.load_state_dict(checkpoint.optimizer_state)
+        elif b.rank == 0:
+            print(
+                f"polytrain: the checkpoint has no optimizer state: {self.optimizer.config.name} "
+                "starts fresh",
+                file=sys.stderr,
+            )
         self.runner.mixed_precision.load_state_dict(checkpoint.scaler)
         pos = checkpoint.position
         self.epoch, self.global_step = int(pos["epoch"]), int(pos["global_step"])

@@ -1,0 +1,372 @@
+"""Name maps: which native tensor holds each canonical (PyTorch) one, and its layout.
+
+A :class:`NameMap` is complete and resolved: one :class:`MapEntry` per canonical tensor.
+A user's map (:func:`load_map`, the JSON of ``--map``) may be partial; it is merged over
+the built-in or generic rules by :mod:`polytrain.io.convert`. Its entries are
+
+* exact: ``"fc.weight": {"native": "head.w", "transpose": true, "shape": [10, 784]}``,
+  ``"fc.bias": "head.b"`` (short for ``{"native": ...}``), or only a layout for a tensor
+  whose name is already right: ``"fc.weight": {"kind": "Linear"}`` or
+  ``{"transpose": false}``;
+* prefix (the key ends with ``.``): ``"features.": {"native": "backbone."}`` renames every
+  name starting with ``features.``;
+* regex (the key starts with ``re:``): ``"re:layer(\\d+)\\.(\\d+)\\.": {"native":
+  "stage\\1.block\\2."}``, matched at the start of the canonical name, the rest of the name
+  kept. It must read both ways: outside its ``(groups)`` only literal text (``\\.`` for a
+  dot) and a final ``$``; each group used once in ``native``.
+
+Prefix and regex entries may give a ``kind`` (``Linear``, ...) for the layers they match.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from polytrain.backend.mismatch import compare_names, compare_shapes, name_list
+from polytrain.backend.native_format import PathLike
+from polytrain.errors import ConfigError
+from polytrain.io import native as native_io
+from polytrain.neutral.models import LAYER_TYPES
+
+LIST_MAX = 6
+REGEX = "re:"
+
+
+# -- resolved maps -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MapEntry:
+    """Where one canonical tensor lives in a native file. ``transpose`` None: not known
+    (a map with such an entry converts nothing; ``--print-map`` shows it as null)."""
+
+    native: str
+    transpose: bool | None = False
+    shape: tuple[int, ...] | None = None  # canonical shape, checked when given
+    kind: str | None = None  # the layer kind, where known (carried to the other side)
+
+    def native_shape(self, canonical: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(reversed(canonical)) if self.transpose else tuple(canonical)
+
+
+@dataclass
+class NameMap:
+    """canonical name -> :class:`MapEntry` for one format (``framework``: its name), in
+    model order.
+
+    ``constants`` are native-only entries written as they are (PyTorch's
+    num_batches_tracked); native names ending in ``ignore`` are skipped when reading."""
+
+    framework: str
+    entries: dict[str, MapEntry]
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+    ignore: tuple[str, ...] = ()
+    source: str = "built-in"
+
+    def undecided(self) -> list[str]:
+        """Canonical names whose layout is not known."""
+        return [name for name, e in self.entries.items() if e.transpose is None]
+
+    def to_native(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Native tensors from canonical ones (every entry of the map must be given)."""
+        compare_names(self.entries, params).check(
+            f"the weights does not match {self.source}", LIST_MAX
+        )
+        out: dict[str, np.ndarray] = {}
+        for name, entry in self.entries.items():
+            value = np.asarray(params[name])
+            out[entry.native] = np.ascontiguousarray(value.T if entry.transpose else value)
+        out.update(self.constants)
+        return out
+
+    def to_canonical(self, tensors: Mapping[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
+        """Canonical tensors from native ones; missing, unexpected or misshapen entries are
+        one CheckpointError naming them in the file's own terms."""
+        present = [k for k in tensors if not (self.ignore and k.endswith(self.ignore))]
+        expected = [e.native for e in self.entries.values()]
+        compare_names(expected, present).check(f"{what} does not match {self.source}", LIST_MAX)
+        want = {
+            e.native: e.native_shape(e.shape) for e in self.entries.values() if e.shape is not None
+        }
+        wrong = compare_shapes(want, {n: tuple(np.shape(tensors[n])) for n in want})
+        if wrong:
+            note = native_io.get_format(self.framework).layout.note
+            wrong.check(f"{what} does not fit {self.source} ({note})", LIST_MAX)
+        out = {}
+        for name, entry in self.entries.items():
+            value = np.asarray(tensors[entry.native])
+            out[name] = np.ascontiguousarray(value.T if entry.transpose else value)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form of this map (the format of ``--map``)."""
+        return {
+            name: {"native": e.native, "transpose": e.transpose}
+            | ({"shape": list(e.shape)} if e.shape is not None else {})
+            for name, e in self.entries.items()
+        }
+
+
+# -- user maps -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UserEntry:
+    """An exact entry of a user's map; None: as the rules say."""
+
+    native: str | None = None
+    transpose: bool | None = None
+    kind: str | None = None
+    shape: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A prefix or regex entry: renames names starting with a pattern, both ways."""
+
+    key: str  # as written in the map
+    forward: re.Pattern[str]  # on canonical-side names
+    forward_to: str  # expand template of the native side
+    backward: re.Pattern[str]  # on native names
+    backward_to: str
+    kind: str | None = None
+
+    def to_native(self, name: str) -> str | None:
+        return _rewrite(self.forward, self.forward_to, name)
+
+    def to_canonical(self, name: str) -> str | None:
+        return _rewrite(self.backward, self.backward_to, name)
+
+
+@dataclass
+class UserMap:
+    """A user's map for one format: exact entries by canonical name, then rules in order."""
+
+    exact: dict[str, UserEntry]
+    rules: list[Rule] = field(default_factory=list)
+
+    def __getitem__(self, name: str) -> UserEntry:
+        return self.exact[name]
+
+    def rule_for_canonical(self, name: str) -> tuple[Rule, str] | None:
+        for rule in self.rules:
+            native = rule.to_native(name)
+            if native is not None:
+                return rule, native
+        return None
+
+    def rule_for_native(self, name: str) -> tuple[Rule, str] | None:
+        for rule in self.rules:
+            canonical = rule.to_canonical(name)
+            if canonical is not None:
+                return rule, canonical
+        return None
+
+
+def _rewrite(pattern: re.Pattern[str], template: str, name: str) -> str | None:
+    found = pattern.match(name)
+    return None if found is None else found.expand(template) + name[found.end() :]
+
+
+def load_map(source: PathLike | Mapping[str, Any]) -> dict[str | None, UserMap]:
+    """Parse a user map (a JSON file or the same structure in Python). Returns the
+    entries per format; the key None holds a map that names no format."""
+    what = "the map"
+    if isinstance(source, Mapping):
+        data: Any = source
+    else:
+        what = f"map file {source}"
+        try:
+            data = json.loads(Path(source).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"Cannot read {what}: {exc.strerror or exc}.") from exc
+        except ValueError as exc:
+            raise ConfigError(f"{what} is not valid JSON: {exc}.") from exc
+    if not isinstance(data, Mapping) or not data:
+        raise ConfigError(f"{what} must be a non-empty JSON object {{canonical name: entry}}.")
+    per_framework = set(data) <= set(native_io.formats()) and all(
+        isinstance(v, Mapping) and not set(v) & set(_KEYS) for v in data.values()
+    )
+    if per_framework:
+        return {fw: _parse(entries, f"{what} [{fw}]") for fw, entries in data.items()}
+    return {None: _parse(data, what)}
+
+
+_KEYS = ("native", "transpose", "kind", "shape")
+_HOW = (
+    '{"native": "name in the file", "transpose": false}, {"kind": "Linear"}, or just '
+    '"name in the file"'
+)
+
+
+def _parse(data: Any, what: str) -> UserMap:
+    if not isinstance(data, Mapping) or not data:
+        raise ConfigError(f"{what} must be a non-empty object {{canonical name: entry}}.")
+    out = UserMap({})
+    for name, value in data.items():
+        if isinstance(value, str):
+            value = {"native": value}
+        try:
+            entry = _entry(value)
+            if str(name).startswith(REGEX) or str(name).endswith("."):
+                out.rules.append(_rule(str(name), entry))
+            else:
+                out.exact[str(name)] = entry
+        except (KeyError, TypeError, ValueError, re.error) as exc:
+            raise ConfigError(
+                f"{what}: entry {name!r} is {value!r}; write {_HOW} ({exc})."
+            ) from None
+    natives = [e.native for e in out.exact.values() if e.native is not None]
+    dupes = sorted({n for n in natives if natives.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"{what} maps several canonical names to {name_list(dupes, LIST_MAX)}.")
+    return out
+
+
+def _entry(value: Any) -> UserEntry:
+    if not isinstance(value, Mapping) or not value:
+        raise TypeError("needs 'native', 'transpose' or 'kind'")
+    unknown = set(value) - set(_KEYS)
+    if unknown:
+        raise TypeError(f"unknown keys {sorted(unknown)}")
+    native = value.get("native")
+    if native is not None and not isinstance(native, str):
+        raise TypeError("'native' is a name")
+    transpose = value.get("transpose")
+    if "transpose" in value and not isinstance(transpose, bool):
+        raise TypeError(
+            "'transpose' is true (a weight stored transposed, like Paddle's Linear [in, out]) "
+            "or false: decide it for this tensor"
+        )
+    kind = value.get("kind")
+    if kind is not None and kind not in known_kinds():
+        raise ValueError(f"'kind' is one of {', '.join(known_kinds())}")
+    if kind is not None and transpose is not None:
+        raise TypeError("give 'kind' or 'transpose', not both")
+    shape = value.get("shape")
+    return UserEntry(
+        native, transpose, kind, None if shape is None else tuple(int(s) for s in shape)
+    )
+
+
+def known_kinds() -> list[str]:
+    """The layer kinds a map may name: those of the neutral models and of the formats'
+    layout rules."""
+    kinds = {k for k, t in LAYER_TYPES.items() if k in ("Linear", "Conv2d", "BatchNorm2d")}
+    for fmt in native_io.formats().values():
+        rules = fmt.layout
+        kinds |= set(rules.renames) | set(rules.transposed) | set(rules.constants)
+    return sorted(kinds)
+
+
+def _rule(key: str, entry: UserEntry) -> Rule:
+    if entry.transpose is not None or entry.shape is not None:
+        raise TypeError("a prefix or re: entry takes 'native' and 'kind' only")
+    if key.startswith(REGEX):
+        return _regex_rule(key, entry)
+    native = entry.native if entry.native is not None else key
+    if not native.endswith("."):
+        raise ValueError("a prefix entry's 'native' ends with '.' too")
+    forward, backward = re.compile(re.escape(key)), re.compile(re.escape(native))
+    return Rule(key, forward, native.replace("\\", "\\\\"), backward, key.replace("\\", "\\\\"),
+                entry.kind)  # fmt: skip
+
+
+def _regex_rule(key: str, entry: UserEntry) -> Rule:
+    pattern = key.removeprefix(REGEX)
+    forward = re.compile(pattern)
+    if entry.native is None:  # a kind for the names it matches, no renaming
+        return Rule(key, forward, "\\g<0>", forward, "\\g<0>", entry.kind)
+    parts, end = _pattern_parts(pattern)
+    groups = [src for kind, src in parts if kind == "group"]
+    template = _template_parts(entry.native, len(groups))
+    refs = [int(src) for kind, src in template if kind == "ref"]
+    if sorted(refs) != list(range(1, len(groups) + 1)):
+        raise ValueError("each (group) of the pattern must appear once in 'native' (\\1, \\2, ...)")
+    backward = "".join(
+        f"({groups[int(src) - 1]})" if kind == "ref" else re.escape(src) for kind, src in template
+    )
+    position = {ref: i + 1 for i, ref in enumerate(refs)}
+    group_no = iter(range(1, len(groups) + 1))
+    backward_to = "".join(
+        f"\\g<{position[next(group_no)]}>" if kind == "group" else src.replace("\\", "\\\\")
+        for kind, src in parts
+    )
+    return Rule(key, forward, entry.native, re.compile(backward + end), backward_to, entry.kind)
+
+
+def _pattern_parts(pattern: str) -> tuple[list[tuple[str, str]], str]:
+    """[("text", literal) | ("group", source)] of a regex that can be read both ways, and
+    "$" when it is anchored at the end."""
+    parts: list[tuple[str, str]] = []
+    i, end = (1 if pattern.startswith("^") else 0), ""
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern) and not pattern[i + 1].isalnum():
+            parts.append(("text", pattern[i + 1]))
+            i += 2
+        elif ch == "(":
+            depth, j = 1, i + 1
+            while j < len(pattern) and depth:
+                depth += {"(": 1, ")": -1}.get(pattern[j], 0)
+                j += 2 if pattern[j] == "\\" else 1
+            source = pattern[i + 1 : j - 1]
+            if depth or source.startswith("?") or re.compile(source).groups:
+                raise ValueError("groups are plain (...) and not nested")
+            parts.append(("group", source))
+            i = j
+        elif ch == "$" and i == len(pattern) - 1:
+            end, i = "$", i + 1
+        elif ch == "\\":
+            raise ValueError(f"{pattern[i : i + 2]} outside a (group): put it in one")
+        elif ch in ".^$*+?{}[]|)":
+            raise ValueError(f"outside a (group) the pattern is literal text: write \\{ch}")
+        else:
+            parts.append(("text", ch))
+            i += 1
+    return parts, end
+
+
+def _template_parts(template: str, groups: int) -> list[tuple[str, str]]:
+    """[("text", literal) | ("ref", group number)] of a replacement like ``stage\\1.``."""
+    parts: list[tuple[str, str]] = []
+    for piece in re.split(r"(\\\d+|\\g<\d+>)", template):
+        if re.fullmatch(r"\\\d+|\\g<\d+>", piece):
+            parts.append(("ref", re.sub(r"\D", "", piece)))
+        elif "\\" in piece:
+            raise ValueError("'native' holds text and group references (\\1, \\g<2>) only")
+        elif piece:
+            parts.append(("text", piece))
+    if any(int(src) > groups for kind, src in parts if kind == "ref"):
+        raise ValueError("'native' refers to a group the pattern lacks")
+    return parts
+
+
+def undecided_message(what: str, nmap: NameMap, shapes: Mapping[str, tuple[int, ...]],
+                      evidence: str, transposed: str) -> str:  # fmt: skip
+    """The one message for tensors whose layout nothing establishes."""
+    names = nmap.undecided()
+    listed = name_list(
+        [f"{n} {tuple(shapes.get(n, ()))}" + _native_note(nmap, n) for n in names], LIST_MAX
+    )
+    example = json.dumps({names[0]: {"kind": "Linear"}})
+    return (
+        f"{what}: the layout of {len(names)} 2-D tensor(s) is not known: {listed}. "
+        f"{transposed}; nothing in {evidence} says which these are, and polytrain never "
+        f"guesses from a name or a shape. Resolve it with a map entry for each (--map FILE, "
+        f'e.g. {example}, or {{"transpose": false}} for a tensor that is not one; '
+        "polytrain convert --print-map writes a map to edit), with --model NAME for a "
+        "built-in model, or from the model object (planned: polytrain port)."
+    )
+
+
+def _native_note(nmap: NameMap, name: str) -> str:
+    native = nmap.entries[name].native
+    return "" if native == name else f" (in the file: {native})"
