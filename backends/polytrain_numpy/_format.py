@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from polytrain.backend.native_format import LayoutRules, NativeFormat, PathLike
+from polytrain.backend.native_format import LayoutRules, NativeFormat, PathLike, zip_entry_names
 from polytrain.errors import CheckpointError
 
 # a zip's first local header, or the end record of an archive with no entries
@@ -40,12 +40,8 @@ class NumpyFormat(NativeFormat):
     def sniff(self, head: bytes, path: PathLike) -> bool:
         if not head.startswith(ZIP_STARTS):
             return False
-        try:
-            with zipfile.ZipFile(path) as archive:
-                names = archive.namelist()
-        except Exception:  # a damaged zip raises anything: reading it says what
-            return True
-        return all(name.endswith(".npy") for name in names)
+        names = zip_entry_names(path)
+        return names is None or all(name.endswith(".npy") for name in names)
 
     def read(self, path: PathLike) -> dict[str, np.ndarray]:
         source = os.fspath(path)

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from polytrain.backend.native_format import LayoutRules, NativeFormat, PathLike
+from polytrain.backend.native_format import LayoutRules, NativeFormat, PathLike, zip_entry_names
 from polytrain.backend.optimizer_file import OptimizerFile
 from polytrain.errors import CheckpointError
 
@@ -57,11 +57,7 @@ class TorchFormat(NativeFormat):
             )
         if not head.startswith(ZIP_MAGIC):
             return False
-        try:
-            with zipfile.ZipFile(path) as archive:
-                names = archive.namelist()
-        except Exception:  # a damaged zip raises anything: reading it says what
-            return True
+        names = zip_entry_names(path)  # None: damaged, and reading it says what
         return not names or not all(n.endswith(".npy") for n in names)  # not a NumPy .npz
 
     def read(self, path: PathLike) -> dict[str, np.ndarray]:

@@ -10,6 +10,7 @@ framework to be declared (reading and writing are pure numpy where the format al
 from __future__ import annotations
 
 import os
+import zipfile
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -133,6 +134,16 @@ class NativeFormat(ABC):
                 f"A {self.label} file holds numeric arrays only, not {', '.join(bad[:4])}."
             )
         atomic_write_bytes(path, self.encode(tensors))
+
+
+def zip_entry_names(path: PathLike) -> list[str] | None:
+    """The names inside a zip file (formats built on zip tell themselves apart by them);
+    None for a damaged zip, which the format that reads it then describes."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.namelist()
+    except Exception:  # a damaged zip raises anything
+        return None
 
 
 def _numeric(value: object) -> bool:
