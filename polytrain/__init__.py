@@ -30,6 +30,7 @@ from polytrain.plugins.registry import (
 )
 
 if TYPE_CHECKING:
+    from polytrain.porting.api import port
     from polytrain.training.recipe import Recipe
     from polytrain.training.step import StepRunner
     from polytrain.training.trainer import Trainer
@@ -41,6 +42,7 @@ _LAZY = {
     "Recipe": "polytrain.training.recipe",
     "StepRunner": "polytrain.training.step",
     "Trainer": "polytrain.training.trainer",
+    "port": "polytrain.porting.api",
 }
 
 
@@ -75,5 +77,6 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "installed_backends",
+    "port",
     "registered_backends",
 ]

@@ -156,6 +156,7 @@ def test_every_hookspec_is_documented_and_prefixed() -> None:
         "polytrain_register_backends",
         "polytrain_register_formats",
         "polytrain_register_launchers",
+        "polytrain_register_model_walkers",
         "polytrain_train_start",
         "polytrain_step_end",
         "polytrain_epoch_end",

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from polytrain import BackendInfo, hookimpl
 from polytrain.backend.base import Backend
 from polytrain.backend.factory import backend_factory
+from polytrain.backend.model_walker import ModelWalker
 from polytrain.backend.native_format import NativeFormat
 from polytrain.distributed.launcher import Launcher
 
@@ -44,3 +45,10 @@ def polytrain_register_launchers(register: Callable[[Launcher], None]) -> None:
     from ._launcher import TorchrunLauncher
 
     register(TorchrunLauncher())
+
+
+@hookimpl
+def polytrain_register_model_walkers(register: Callable[[ModelWalker], None]) -> None:
+    from ._port import TorchWalker
+
+    register(TorchWalker())

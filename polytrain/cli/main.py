@@ -1,4 +1,5 @@
-"""The ``polytrain`` command line: backends, data, train, compare, convert, launch, env, doctor.
+"""The ``polytrain`` command line: backends, data, train, compare, convert, port, launch,
+env, doctor.
 
 Every sub-command is a small function; errors the user can fix print one clear line
 and exit with status 2, never a traceback.
@@ -501,6 +502,60 @@ def _convert_formats() -> dict[str, NativeFormat]:
         return {}
 
 
+# -- port -----------------------------------------------------------------------------------
+
+
+def _hints(items: Sequence[str] | None, path: str | None) -> dict[str, str | None]:
+    """SOURCE=TARGET pairs (SOURCE= leaves a source layer out) and a JSON file of the same."""
+    from pathlib import Path
+
+    found: dict[str, str | None] = {}
+    if path is not None:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"Cannot read the hints file {path}: {exc}.") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path} must be a JSON object {{source layer: target layer}}.")
+        found.update({str(k): (str(v) if v else None) for k, v in data.items()})
+    for item in items or []:
+        source, sep, target = item.partition("=")
+        if not sep or not source:
+            raise ConfigError(f"--hint {item!r} is not SOURCE_LAYER=TARGET_LAYER.")
+        found[source] = target or None
+    return found
+
+
+def cmd_port(args: argparse.Namespace) -> int:
+    """Port a model's weights into another framework's model object, verified."""
+    from polytrain.porting.api import port
+
+    shape = None
+    if args.input_shape:
+        try:
+            shape = [int(n) for n in args.input_shape.replace("x", ",").split(",") if n]
+        except ValueError:
+            raise ConfigError(
+                f"--input-shape {args.input_shape!r} is not like 1,3,224,224."
+            ) from None
+    if args.output is None and not args.print_map:
+        args.subparser.error("the output file is required (or --print-map)")
+    result = port(
+        args.source, args.target, input_shape=shape, inputs=args.input,
+        hints=_hints(args.hint, args.hints), tolerance=args.tolerance, weights=args.weights,
+        out=None if args.print_map else args.output, map_out=args.map_out,
+        report_out=args.report, seed=args.seed,
+    )  # fmt: skip
+    if args.print_map:
+        print(_map_json(result.map_json()))
+    print(result.format(), file=sys.stderr if args.print_map else sys.stdout)
+    if not result.passed:
+        return 1
+    if args.output is not None and not args.print_map:
+        print(f"wrote {args.output}")
+    return 0
+
+
 # -- parser ---------------------------------------------------------------------------------
 
 
@@ -670,6 +725,34 @@ def build_parser() -> argparse.ArgumentParser:
         "order=FILE (Gluon: the Trainer's parameter order)",
     )
     p.set_defaults(func=cmd_convert, subparser=p)
+
+    p = sub.add_parser(
+        "port",
+        help="port a model's weights into a PyTorch model object, verified layer by layer",
+        description="Example: polytrain port mymodels:paddle_resnet18 mymodels:torch_resnet18 "
+        "r18.pt --weights r18.pdparams --input-shape 1,3,224,224. Layers are paired from the "
+        "model objects (kind, order, shapes); see docs/porting.md.",
+    )
+    p.add_argument("source", help="pkg.module:factory building the source model")
+    p.add_argument("target", help="pkg.module:factory building the target model")
+    p.add_argument("output", nargs="?", help="the target's weights file to write (.pt)")
+    p.add_argument("--weights", default=None, help="a weights file to load into the source")
+    p.add_argument("--input-shape", default=None, help="random input of this shape: 1,3,224,224")
+    p.add_argument("--input", default=None, metavar="NPY", help="a batch (.npy) to verify on")
+    p.add_argument(
+        "--hint",
+        action="append",
+        default=None,
+        metavar="SRC=TGT",
+        help="pair source layer SRC with target layer TGT (SRC= leaves SRC out); repeatable",
+    )
+    p.add_argument("--hints", default=None, metavar="JSON", help="hints as {source: target}")
+    p.add_argument("--tolerance", type=float, default=1e-4, help="max |diff| / max |value|")
+    p.add_argument("--map-out", default=None, metavar="JSON", help="write the derived map")
+    p.add_argument("--report", default=None, metavar="JSON", help="write the report as JSON")
+    p.add_argument("--print-map", action="store_true", help="print the map; write no weights")
+    p.add_argument("--seed", type=int, default=0, help="of the random input")
+    p.set_defaults(func=cmd_port, subparser=p)
 
     p = sub.add_parser("env", help="rank, world size and master as this process sees them")
     p.add_argument("--explain", action="store_true", help="which source won and why")

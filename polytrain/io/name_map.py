@@ -13,7 +13,9 @@ the built-in or generic rules by :mod:`polytrain.io.convert`. Its entries are
 * regex (the key starts with ``re:``): ``"re:layer(\\d+)\\.(\\d+)\\.": {"native":
   "stage\\1.block\\2."}``, matched at the start of the canonical name, the rest of the name
   kept. It must read both ways: outside its ``(groups)`` only literal text (``\\.`` for a
-  dot) and a final ``$``; each group used once in ``native``.
+  dot) and a final ``$``; each group used once in ``native``. A group of plain
+  alternatives may be translated: ``"re:^layer(1|2)\\.": "features.\\1(4|5)."`` writes
+  ``layer2.`` as ``features.5.`` (the n-th alternative becomes the n-th of the list).
 
 Prefix and regex entries may give a ``kind`` (``Linear``, ...) for the layers they match.
 """
@@ -128,21 +130,43 @@ class UserEntry:
 
 
 @dataclass(frozen=True)
+class Rewrite:
+    """One direction of a prefix or regex entry: a pattern matched at the start of a name
+    and what replaces the match, literal texts and group numbers (a group's value
+    translated where ``tables`` has one); the rest of the name is kept."""
+
+    pattern: re.Pattern[str]
+    parts: tuple[str | int, ...]
+    tables: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
+
+    def apply(self, name: str) -> str | None:
+        found = self.pattern.match(name)
+        if found is None:
+            return None
+        out = []
+        for part in self.parts:
+            if isinstance(part, str):
+                out.append(part)
+            else:
+                value = found.group(part)
+                out.append(self.tables.get(part, {}).get(value, value))
+        return "".join(out) + name[found.end() :]
+
+
+@dataclass(frozen=True)
 class Rule:
     """A prefix or regex entry: renames names starting with a pattern, both ways."""
 
     key: str  # as written in the map
-    forward: re.Pattern[str]  # on canonical-side names
-    forward_to: str  # expand template of the native side
-    backward: re.Pattern[str]  # on native names
-    backward_to: str
+    forward: Rewrite  # canonical-side names -> native
+    backward: Rewrite  # native names -> canonical
     kind: str | None = None
 
     def to_native(self, name: str) -> str | None:
-        return _rewrite(self.forward, self.forward_to, name)
+        return self.forward.apply(name)
 
     def to_canonical(self, name: str) -> str | None:
-        return _rewrite(self.backward, self.backward_to, name)
+        return self.backward.apply(name)
 
 
 @dataclass
@@ -168,11 +192,6 @@ class UserMap:
             if canonical is not None:
                 return rule, canonical
         return None
-
-
-def _rewrite(pattern: re.Pattern[str], template: str, name: str) -> str | None:
-    found = pattern.match(name)
-    return None if found is None else found.expand(template) + name[found.end() :]
 
 
 def load_map(source: PathLike | Mapping[str, Any]) -> dict[str | None, UserMap]:
@@ -274,32 +293,80 @@ def _rule(key: str, entry: UserEntry) -> Rule:
     native = entry.native if entry.native is not None else key
     if not native.endswith("."):
         raise ValueError("a prefix entry's 'native' ends with '.' too")
-    forward, backward = re.compile(re.escape(key)), re.compile(re.escape(native))
-    return Rule(key, forward, native.replace("\\", "\\\\"), backward, key.replace("\\", "\\\\"),
-                entry.kind)  # fmt: skip
+    forward = Rewrite(re.compile(re.escape(key)), (native,))
+    return Rule(key, forward, Rewrite(re.compile(re.escape(native)), (key,)), entry.kind)
 
 
 def _regex_rule(key: str, entry: UserEntry) -> Rule:
     pattern = key.removeprefix(REGEX)
     forward = re.compile(pattern)
     if entry.native is None:  # a kind for the names it matches, no renaming
-        return Rule(key, forward, "\\g<0>", forward, "\\g<0>", entry.kind)
+        same = Rewrite(forward, (0,))
+        return Rule(key, same, same, entry.kind)
     parts, end = _pattern_parts(pattern)
     groups = [src for kind, src in parts if kind == "group"]
     template = _template_parts(entry.native, len(groups))
-    refs = [int(src) for kind, src in template if kind == "ref"]
+    refs = [ref for ref, _ in template if isinstance(ref, int)]
     if sorted(refs) != list(range(1, len(groups) + 1)):
         raise ValueError("each (group) of the pattern must appear once in 'native' (\\1, \\2, ...)")
+    tables = {
+        ref: _table(groups[ref - 1], alts)
+        for ref, alts in template
+        if isinstance(ref, int) and alts
+    }
     backward = "".join(
-        f"({groups[int(src) - 1]})" if kind == "ref" else re.escape(src) for kind, src in template
+        re.escape(text)
+        if isinstance(text, str)
+        else "(" + ("|".join(map(re.escape, alts)) if alts else groups[text - 1]) + ")"
+        for text, alts in template
     )
-    position = {ref: i + 1 for i, ref in enumerate(refs)}
+    position = {ref: i + 1 for i, ref in enumerate(refs)}  # key group -> native group
     group_no = iter(range(1, len(groups) + 1))
-    backward_to = "".join(
-        f"\\g<{position[next(group_no)]}>" if kind == "group" else src.replace("\\", "\\\\")
-        for kind, src in parts
+    backward_parts = tuple(
+        position[next(group_no)] if kind == "group" else src for kind, src in parts
     )
-    return Rule(key, forward, entry.native, re.compile(backward + end), backward_to, entry.kind)
+    return Rule(
+        key,
+        Rewrite(forward, tuple(ref for ref, _ in template), tables),
+        Rewrite(re.compile(backward + end), backward_parts,
+                {position[g]: {v: k for k, v in t.items()} for g, t in tables.items()}),
+        entry.kind,
+    )  # fmt: skip
+
+
+def _table(group: str, alternatives: list[str]) -> dict[str, str]:
+    """A group's translation: its plain alternatives, in order, to those of ``native``."""
+    try:
+        own = [_literal(alt) for alt in _split_alternatives(group)]
+    except ValueError:
+        own = []
+    if len(own) != len(alternatives) or len(set(own)) < len(own):
+        raise ValueError(
+            f"'native' translates ({group}) to ({'|'.join(alternatives)}): that needs a group "
+            "of as many different plain alternatives, e.g. (1|2) -> (4|5)"
+        )
+    if len(set(alternatives)) < len(alternatives):
+        raise ValueError(f"({'|'.join(alternatives)}) repeats a name: it cannot be read back")
+    return dict(zip(own, alternatives, strict=True))
+
+
+def _split_alternatives(group: str) -> list[str]:
+    return re.split(r"(?<!\\)\|", group)
+
+
+def _literal(text: str) -> str:
+    """The plain text a regex fragment matches, where it is plain text."""
+    out, i = "", 0
+    while i < len(text):
+        if text[i] == "\\" and i + 1 < len(text) and not text[i + 1].isalnum():
+            out, i = out + text[i + 1], i + 2
+        elif text[i] in "\\.^$*+?{}[]|()":
+            raise ValueError(f"{text!r} is not plain text (write \\. for a dot)")
+        else:
+            out, i = out + text[i], i + 1
+    if not out:
+        raise ValueError("an empty alternative cannot be translated")
+    return out
 
 
 def _pattern_parts(pattern: str) -> tuple[list[tuple[str, str]], str]:
@@ -334,17 +401,25 @@ def _pattern_parts(pattern: str) -> tuple[list[tuple[str, str]], str]:
     return parts, end
 
 
-def _template_parts(template: str, groups: int) -> list[tuple[str, str]]:
-    """[("text", literal) | ("ref", group number)] of a replacement like ``stage\\1.``."""
-    parts: list[tuple[str, str]] = []
-    for piece in re.split(r"(\\\d+|\\g<\d+>)", template):
-        if re.fullmatch(r"\\\d+|\\g<\d+>", piece):
-            parts.append(("ref", re.sub(r"\D", "", piece)))
-        elif "\\" in piece:
-            raise ValueError("'native' holds text and group references (\\1, \\g<2>) only")
-        elif piece:
-            parts.append(("text", piece))
-    if any(int(src) > groups for kind, src in parts if kind == "ref"):
+def _template_parts(template: str, groups: int) -> list[tuple[str | int, list[str]]]:
+    """[(literal, []) | (group number, translation)] of a replacement like
+    ``stage\\1.`` or ``features.\\1(4|5).`` (translation: [] for a copied group)."""
+    parts: list[tuple[str | int, list[str]]] = []
+    ref = r"(?:\\(\d+)|\\g<(\d+)>)(?:\(([^()]*)\))?"
+    pos = 0
+    for found in re.finditer(ref, template):
+        parts.append((template[pos : found.start()], []))
+        number = int(found.group(1) or found.group(2))
+        alts = [] if found.group(3) is None else found.group(3).split("|")
+        if any(not a or "\\" in a for a in alts):
+            raise ValueError("a translation (a|b) lists plain names")
+        parts.append((number, alts))
+        pos = found.end()
+    parts.append((template[pos:], []))
+    parts = [(text, alts) for text, alts in parts if text != ""]
+    if any(isinstance(text, str) and "\\" in text for text, _ in parts):
+        raise ValueError("'native' holds text and group references (\\1, \\g<2>) only")
+    if any(isinstance(ref, int) and ref > groups for ref, _ in parts):
         raise ValueError("'native' refers to a group the pattern lacks")
     return parts
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from polytrain.backend.model_walker import ModelWalker
     from polytrain.backend.native_format import NativeFormat
     from polytrain.distributed.launcher import Launcher
     from polytrain.plugins.info import BackendInfo
@@ -57,6 +58,14 @@ def polytrain_register_launchers(register: Callable[[Launcher], None]) -> None:
     """Register how ``polytrain launch`` starts processes on a backend, by calling
     ``register(MyLauncher())`` (:class:`polytrain.distributed.launcher.Launcher`). A backend
     that runs in one process only registers a launcher whose ``unsupported`` says why.
+    Must not import the framework.
+    """
+
+
+@hookspec
+def polytrain_register_model_walkers(register: Callable[[ModelWalker], None]) -> None:
+    """Register how ``polytrain port`` walks and traces this framework's model objects, by
+    calling ``register(MyWalker())`` (:class:`polytrain.backend.model_walker.ModelWalker`).
     Must not import the framework.
     """
 

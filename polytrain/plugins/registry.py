@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
+from polytrain.backend.model_walker import ModelWalker
 from polytrain.backend.native_format import NativeFormat
 from polytrain.distributed.cluster import ClusterEnvironment
 from polytrain.distributed.launcher import Launcher
@@ -121,6 +122,14 @@ def registered_launchers(pm: pluggy.PluginManager | None = None) -> dict[str, La
     """Every launcher the plugins register, by backend name."""
     return {
         lc.backend: lc for lc in _collect(pm, "polytrain_register_launchers", Launcher, "backend")
+    }
+
+
+def registered_model_walkers(pm: pluggy.PluginManager | None = None) -> dict[str, ModelWalker]:
+    """Every model walker the plugins register (``polytrain port``), by framework."""
+    return {
+        w.framework: w
+        for w in _collect(pm, "polytrain_register_model_walkers", ModelWalker, "framework")
     }
 
 

@@ -1,0 +1,116 @@
+"""``polytrain port`` on MXNet Gluon models: walk ``Block`` trees, load and trace them.
+
+Gluon names BatchNorm's scale and shift ``gamma`` and ``beta``; names in the state are
+those of ``save_parameters`` (child names joined by dots)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from polytrain.backend.mismatch import compare_names
+from polytrain.backend.model_walker import LayerTensor, ModelWalker, Trace, WalkedLayer
+from polytrain.backend.native_format import PathLike
+from polytrain.errors import ConfigError
+
+ROLES = {"gamma": "weight", "beta": "bias"}
+
+
+def _kind(block: Any) -> str:
+    from mxnet.gluon import nn
+
+    kinds: list[tuple[type[Any], str]] = [
+        (nn.Dense, "Linear"),
+        (nn.Conv1D, "Conv1d"),
+        (nn.Conv2D, "Conv2d"),
+        (nn.Conv3D, "Conv3d"),
+        (nn.BatchNorm, "BatchNorm"),
+        (nn.Embedding, "Embedding"),
+        (nn.LayerNorm, "LayerNorm"),
+    ]
+    return next((kind for cls, kind in kinds if isinstance(block, cls)), type(block).__name__)
+
+
+def _blocks(block: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    yield prefix, block
+    for name, child in block._children.items():
+        yield from _blocks(child, f"{prefix}.{name}" if prefix else name)
+
+
+def _first_array(value: Any) -> Any:
+    while isinstance(value, tuple | list) and value:
+        value = value[0]
+    return value
+
+
+class GluonWalker(ModelWalker):
+    """Blocks with their own parameters, in registration order."""
+
+    framework = "mxnet"
+
+    def owns(self, model: Any) -> bool:
+        mxnet = sys.modules.get("mxnet")
+        return mxnet is not None and isinstance(model, mxnet.gluon.Block)
+
+    def layers(self, model: Any) -> list[WalkedLayer]:
+        found = []
+        for name, block in _blocks(model):
+            if not block._reg_params:
+                continue
+            kind = _kind(block)
+            tensors = {
+                ROLES.get(key, key): LayerTensor(
+                    f"{name}.{key}" if name else key, p.data().asnumpy()
+                )
+                for key, p in block._reg_params.items()
+            }
+            groups = int(block._kwargs.get("num_group", 1)) if kind.startswith("Conv") else 1
+            found.append(WalkedLayer(name, kind, type(block).__name__, tensors, groups))
+        return found
+
+    def state(self, model: Any) -> dict[str, np.ndarray]:
+        params = model._collect_params_with_prefix()
+        return {k: p.data().asnumpy() for k, p in params.items()}
+
+    def load_state(self, model: Any, tensors: Mapping[str, np.ndarray]) -> None:
+        import mxnet as mx
+
+        params = model._collect_params_with_prefix()
+        compare_names(params, tensors).check("the ported state", 6)
+        for key, value in tensors.items():
+            params[key].set_data(mx.nd.array(np.asarray(value), dtype=np.asarray(value).dtype))
+
+    def load_file(self, model: Any, path: PathLike) -> None:
+        model.load_parameters(str(path))
+
+    def trace(self, model: Any, inputs: np.ndarray) -> Trace:
+        import mxnet as mx
+
+        if any(getattr(b, "_active", False) for _, b in _blocks(model)):
+            raise ConfigError(
+                "The Gluon model is hybridized: its layers cannot be traced one by one. "
+                "Call model.hybridize(active=False) before porting it."
+            )
+        outputs: dict[str, np.ndarray] = {}
+        handles = []
+        for name, block in _blocks(model):
+            if not block._reg_params:
+                continue
+
+            def hook(_b: Any, _i: Any, out: Any, name: str = name) -> None:
+                value = _first_array(out)
+                if name not in outputs and isinstance(value, mx.nd.NDArray):
+                    outputs[name] = value.asnumpy()
+
+            handles.append(block.register_forward_hook(hook))
+        try:
+            with mx.autograd.predict_mode():
+                array = np.asarray(inputs)
+                result = _first_array(model(mx.nd.array(array, dtype=array.dtype)))
+        finally:
+            for handle in handles:
+                handle.detach()
+        return Trace(result.asnumpy(), outputs)

@@ -1,0 +1,172 @@
+"""``polytrain.port``: walk both models, pair their layers, load the source's tensors into the
+target, run both on the same input and compare them layer by layer."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from polytrain.backend.model_walker import ModelWalker
+from polytrain.backend.native_format import PathLike
+from polytrain.errors import ConfigError
+from polytrain.io import native as native_io
+from polytrain.plugins.registry import registered_model_walkers
+from polytrain.porting.match import Pair, derived_map, match_layers, ported_state
+from polytrain.porting.verify import Verification, compare_traces
+from polytrain.utils.fileio import atomic_write_bytes
+
+DEFAULT_TOLERANCE = 1e-4
+
+
+@dataclass
+class PortResult:
+    """What :func:`port` did: the target's state (native names), the map (target name ->
+    source tensor), the source layers a hint left out, target entries kept as they were,
+    and the verification."""
+
+    source_framework: str
+    target_framework: str
+    pairs: list[Pair]
+    state: dict[str, np.ndarray]
+    name_map: dict[str, dict[str, Any]]
+    left_out: list[str]
+    kept: list[str]
+    verification: Verification
+
+    @property
+    def passed(self) -> bool:
+        return self.verification.passed
+
+    def map_json(self) -> dict[str, Any]:
+        """The map as ``polytrain convert --map`` reads it (per source format)."""
+        return {self.source_framework: self.name_map}
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "source": self.source_framework,
+            "target": self.target_framework,
+            "layers_ported": len(self.pairs),
+            "hinted": [f"{p.source.name}={p.target.name}" for p in self.pairs if p.hinted],
+            "left_out": self.left_out,
+            "kept_from_target": self.kept,
+            "verification": self.verification.to_dict(),
+        }
+
+    def format(self) -> str:
+        head = (
+            f"ported {len(self.pairs)} layers, {len(self.name_map)} tensors, "
+            f"{self.source_framework} -> {self.target_framework}"
+        )
+        notes = []
+        if self.left_out:
+            notes.append(f"left out (hints): {', '.join(self.left_out)}")
+        if self.kept:
+            notes.append(f"kept from the target: {', '.join(self.kept[:6])}")
+        return "\n".join([head, *notes, self.verification.format()])
+
+
+def load_object(spec: str) -> Any:
+    """``pkg.module:factory`` imported and called with no arguments."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"{spec!r} is not pkg.module:factory (e.g. mymodels:build_resnet18).")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"Cannot import {module_name!r} (from {spec!r}): {exc}.") from exc
+    factory = module
+    for part in attr.split("."):
+        if not hasattr(factory, part):
+            raise ConfigError(f"{module_name} has no {attr!r} (from {spec!r}).")
+        factory = getattr(factory, part)
+    return factory() if callable(factory) else factory
+
+
+def walker_for(model: Any, what: str) -> ModelWalker:
+    """The registered walker that owns ``model``; a ConfigError says what it is otherwise."""
+    walkers = registered_model_walkers()
+    for walker in walkers.values():
+        if walker.owns(model):
+            return walker
+    known = ", ".join(walkers) or "none (no backend plugin is installed)"
+    raise ConfigError(
+        f"The {what} is a {type(model).__module__}.{type(model).__name__}, not a model object "
+        f"of a framework polytrain can walk ({known})."
+    )
+
+
+def make_inputs(
+    input_shape: Sequence[int] | None, inputs: np.ndarray | PathLike | None, seed: int
+) -> np.ndarray:
+    """The verification batch: a user's array (or .npy file) or standard normal float32."""
+    if inputs is not None:
+        return np.load(inputs) if isinstance(inputs, str | Path) else np.asarray(inputs)
+    if not input_shape:
+        raise ConfigError(
+            "Verification needs an input: give its shape (--input-shape 1,3,224,224) or a "
+            "batch (--input batch.npy)."
+        )
+    return np.random.default_rng(seed).standard_normal(tuple(input_shape)).astype(np.float32)
+
+
+def port(
+    source: Any,
+    target: Any,
+    *,
+    input_shape: Sequence[int] | None = None,
+    inputs: np.ndarray | PathLike | None = None,
+    hints: Mapping[str, str | None] | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+    weights: PathLike | None = None,
+    out: PathLike | None = None,
+    map_out: PathLike | None = None,
+    report_out: PathLike | None = None,
+    seed: int = 0,
+) -> PortResult:
+    """Port ``source``'s weights into ``target`` (model objects, or ``pkg.module:factory``
+    strings; ``weights`` is loaded into the source first) and verify on one batch.
+
+    The target object holds the ported weights afterwards. ``out`` (the target's native
+    file) is written only when verification passes; ``map_out`` and ``report_out`` (JSON)
+    always. Check ``result.passed``."""
+    src_model = load_object(source) if isinstance(source, str) else source
+    tgt_model = load_object(target) if isinstance(target, str) else target
+    src_walker = walker_for(src_model, "source")
+    tgt_walker = walker_for(tgt_model, "target")
+    if weights is not None:
+        src_walker.load_file(src_model, weights)
+    batch = make_inputs(input_shape, inputs, seed)
+    src_trace = src_walker.trace(src_model, batch)
+    pairs, left_out = match_layers(
+        src_walker.layers(src_model), tgt_walker.layers(tgt_model), hints
+    )
+    state, kept = ported_state(pairs, tgt_walker.state(tgt_model))
+    tgt_walker.load_state(tgt_model, state)
+    tgt_trace = tgt_walker.trace(tgt_model, batch)
+    result = PortResult(
+        src_walker.framework,
+        tgt_walker.framework,
+        pairs,
+        state,
+        derived_map(pairs),
+        left_out,
+        kept,
+        compare_traces(pairs, src_trace, tgt_trace, tolerance),
+    )
+    if map_out is not None:
+        _write_json(map_out, result.map_json())
+    if report_out is not None:
+        _write_json(report_out, result.report())
+    if out is not None and result.passed:
+        native_io.write_native(out, tgt_walker.framework, state)
+    return result
+
+
+def _write_json(path: PathLike, data: Any) -> None:
+    atomic_write_bytes(Path(path), (json.dumps(data, indent=1) + "\n").encode("utf-8"))

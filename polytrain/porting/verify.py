@@ -1,0 +1,119 @@
+"""Layer-by-layer comparison of two traces of the same input: a table, the first layer that
+differs beyond the tolerance, and the same as JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from polytrain.backend.model_walker import Trace
+from polytrain.porting.match import Pair
+
+OUTPUT = "(output)"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One traced layer: target and source names, output shapes, max |diff| and max |diff|
+    relative to the source's largest |value|; ``problem`` when it is not comparable."""
+
+    layer: str
+    source: str
+    shape: list[int]
+    source_shape: list[int]
+    max_abs_diff: float | None
+    relative: float | None
+    ok: bool
+    problem: str = ""
+
+
+@dataclass
+class Verification:
+    tolerance: float
+    rows: list[Row] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(row.ok for row in self.rows)
+
+    @property
+    def first_failure(self) -> Row | None:
+        return next((row for row in self.rows if not row.ok), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        first = self.first_failure
+        return {
+            "passed": self.passed,
+            "tolerance": self.tolerance,
+            "first_failure": None if first is None else first.layer,
+            "layers": [asdict(row) for row in self.rows],
+        }
+
+    def format(self) -> str:
+        head = ("layer", "source layer", "shape", "max |diff|", "relative", "")
+        body = [
+            (
+                row.layer,
+                row.source,
+                "x".join(map(str, row.shape)) or "-",
+                "-" if row.max_abs_diff is None else f"{row.max_abs_diff:.3g}",
+                "-" if row.relative is None else f"{row.relative:.3g}",
+                "ok" if row.ok else f"FAIL {row.problem}".strip(),
+            )
+            for row in self.rows
+        ]
+        widths = [max(len(str(r[i])) for r in [head, *body]) for i in range(len(head))]
+        lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in body]
+        title = "  ".join(c.ljust(w) for c, w in zip(head, widths, strict=True))
+        first = self.first_failure
+        verdict = (
+            f"verified: every layer within {self.tolerance:g} of the source's largest value"
+            if first is None
+            else f"FAILED: first layer beyond {self.tolerance:g}: {first.layer} "
+            f"(source {first.source}): {first.problem or f'relative {first.relative:.3g}'}"
+        )
+        return "\n".join([title.rstrip(), *(line.rstrip() for line in lines), verdict])
+
+
+def _row(layer: str, source: str, s: np.ndarray | None, t: np.ndarray | None, tol: float) -> Row:
+    if s is None or t is None:
+        missing = "source" if s is None else "target"
+        return Row(
+            layer, source, [] if t is None else list(t.shape), [] if s is None else list(s.shape),
+            None, None, ok=False, problem=f"the {missing} layer did not run",
+        )  # fmt: skip
+    if s.shape != t.shape:
+        return Row(
+            layer, source, list(t.shape), list(s.shape), None, None, ok=False,
+            problem=f"shapes differ: source {list(s.shape)}, target {list(t.shape)}",
+        )  # fmt: skip
+    s64, t64 = s.astype(np.float64), t.astype(np.float64)
+    diff = float(np.max(np.abs(s64 - t64))) if s.size else 0.0
+    scale = float(np.max(np.abs(s64))) if s.size else 0.0
+    relative = diff / scale if scale > 0 else diff
+    ok = bool(np.isfinite(relative)) and relative <= tol
+    return Row(layer, source, list(t.shape), list(s.shape), diff, relative, ok)
+
+
+def compare_traces(
+    pairs: Sequence[Pair], source: Trace, target: Trace, tolerance: float
+) -> Verification:
+    """Rows in the order the target ran its layers (layers neither model ran are skipped),
+    then the models' outputs."""
+    result = Verification(tolerance)
+    by_target = {pair.target.name: pair for pair in pairs}
+    ran = [name for name in target.layers if name in by_target]
+    ran += [
+        p.target.name
+        for p in pairs
+        if p.target.name not in target.layers and p.source.name in source.layers
+    ]
+    for name in ran:
+        pair = by_target[name]
+        s_out = source.layers.get(pair.source.name)
+        result.rows.append(_row(name, pair.source.name, s_out, target.layers.get(name), tolerance))
+    result.rows.append(_row(OUTPUT, OUTPUT, source.output, target.output, tolerance))
+    return result
