@@ -424,3 +424,20 @@ def test_fp64_checkpoint_converts_to_float32_native_by_default(
     assert_same(copy, wide)  # float64 kept, values exact
     with pytest.raises(ConfigError, match="Unknown dtype 'float16'"):
         write_weights(tmp_path / "x.pt", wide, "torch", dtype="float16")
+
+
+def test_generic_rule_notes_say_what_was_renamed(tmp_path: Path) -> None:
+    """Gluon's export() names (``net_batchnorm0_gamma``) have no ``.gamma`` leaf: the note
+    must not claim the gamma/beta renames happened; with structured names it counts them."""
+    rng = np.random.default_rng(0)
+    exported = {"net_batchnorm0_gamma": rng.random(3), "net_dense0_weight": rng.random((2, 3))}
+    structured = {"bn.gamma": rng.random(3), "bn.beta": rng.random(3), "fc.weight": rng.random(4)}
+    notes = {}
+    for name, tensors in (("exported", exported), ("structured", structured)):
+        source = tmp_path / f"{name}.params"
+        source.write_bytes(
+            MXNetFormat().encode({k: v.astype(np.float32) for k, v in tensors.items()})
+        )
+        notes[name] = " ".join(read_weights(source).notes)
+    assert "none renamed, no name ends in .gamma or .beta" in notes["exported"]
+    assert "2 tensor(s) renamed" in notes["structured"]

@@ -280,8 +280,16 @@ def _generic_notes(fmt: str, declared: NativeFormat, entries: Mapping[str, MapEn
                    user: UserMap, matched: set[str], notes: list[str]) -> None:  # fmt: skip
     renames = declared.layout.canonical_leaves()
     rule = "as it is"
-    if renames:
-        rule = f"{'/'.join(renames)} -> {'/'.join(renames.values())}"
+    if renames:  # say what was done, not what could have been
+        renamed = [
+            e.native for name, e in entries.items()
+            if e.native != name and e.native.rpartition(".")[2] in renames
+        ]  # fmt: skip
+        rule = f"{'/'.join(renames)} -> {'/'.join(renames.values())}: " + (
+            f"{len(renamed)} tensor(s) renamed"
+            if renamed
+            else f"none renamed, no name ends in {' or '.join('.' + r for r in renames)}"
+        )
     notes.append(f"not a built-in model: generic {fmt} rules ({rule})")
     transposed = [e.native for e in entries.values() if e.transpose]
     if transposed:
@@ -444,7 +452,13 @@ def _generic_write_map(to: str, params: Mapping[str, np.ndarray], user: UserMap 
     dupes = sorted({n for n in natives if natives.count(n) > 1})
     if dupes:
         raise ConfigError(f"Several tensors would be written as {_names(dupes)}: fix the map.")
-    return NameMap(to, entries, source=f"the generic {to} rules")
+    constants = {  # what the format adds to each normalisation layer (torch's counter)
+        f"{entry.native.rpartition('.')[0]}.{leaf}": value
+        for name, entry in entries.items()
+        if name.endswith(".running_mean")
+        for leaf, value in layout.constants.get(_NORM, {}).items()
+    }
+    return NameMap(to, entries, constants, source=f"the generic {to} rules")
 
 
 def _looks_like_norm(name: str, params: Mapping[str, np.ndarray]) -> bool:
