@@ -438,7 +438,7 @@ def undecided_message(what: str, nmap: NameMap, shapes: Mapping[str, tuple[int, 
         f"guesses from a name or a shape. Resolve it with a map entry for each (--map FILE, "
         f'e.g. {example}, or {{"transpose": false}} for a tensor that is not one; '
         "polytrain convert --print-map writes a map to edit), with --model NAME for a "
-        "built-in model, or from the model object (planned: polytrain port)."
+        "built-in model, or from the model objects with polytrain port (docs/porting.md)."
     )
 
 
