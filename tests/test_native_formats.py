@@ -185,7 +185,8 @@ def test_plugin_format_generic_rules_for_an_unknown_model(toy: None, tmp_path: P
     np.testing.assert_array_equal(weights.params["head.weight"], own["head.weight"].T)
     np.testing.assert_array_equal(weights.params["proj.weight"], own["proj.weight"])
     assert {"norm.weight", "norm.running_var"} <= set(weights.params)
-    assert any("generic toy rules (scale/var -> weight/running_var)" in n for n in weights.notes)
+    note = "generic toy rules (scale/var -> weight/running_var: 2 tensor(s) renamed)"
+    assert any(note in n for n in weights.notes), weights.notes
     assert any("transposed as Linear weights" in n and "head.weight" in n for n in weights.notes)
     # the kinds read from the file carry over; plain arrays carry none and are refused
     write_weights(tmp_path / "x.toyw", weights, "toy")

@@ -14,6 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 tnn = torch.nn
 
+from torch_twins import ResNet18  # noqa: E402
+
 from polytrain import port  # noqa: E402
 from polytrain.cli.main import main  # noqa: E402
 from polytrain.errors import ConfigError  # noqa: E402
@@ -38,47 +40,6 @@ class TorchLeNet(tnn.Module):
 
     def forward(self, x: Any) -> Any:
         return self.fc(torch.flatten(self.features(x), 1))
-
-
-class TorchBasicBlock(tnn.Module):
-    def __init__(self, cin: int, cout: int, stride: int) -> None:
-        super().__init__()
-        self.conv1 = tnn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = tnn.BatchNorm2d(cout)
-        self.relu = tnn.ReLU()
-        self.conv2 = tnn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = tnn.BatchNorm2d(cout)
-        self.downsample = None
-        if stride != 1 or cin != cout:
-            self.downsample = tnn.Sequential(
-                tnn.Conv2d(cin, cout, 1, stride, bias=False), tnn.BatchNorm2d(cout)
-            )
-
-    def forward(self, x: Any) -> Any:
-        out = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
-        return self.relu(out + (x if self.downsample is None else self.downsample(x)))
-
-
-class TorchResNet18(tnn.Module):
-    def __init__(self, num_classes: int = 10) -> None:
-        super().__init__()
-        self.conv1 = tnn.Conv2d(3, 64, 7, 2, 3, bias=False)
-        self.bn1 = tnn.BatchNorm2d(64)
-        self.relu = tnn.ReLU()
-        self.maxpool = tnn.MaxPool2d(3, 2, 1)
-        cin = 64
-        for i, cout in enumerate((64, 128, 256, 512)):
-            stride = 1 if i == 0 else 2
-            blocks = [TorchBasicBlock(cin, cout, stride), TorchBasicBlock(cout, cout, 1)]
-            setattr(self, f"layer{i + 1}", tnn.Sequential(*blocks))
-            cin = cout
-        self.avgpool = tnn.AdaptiveAvgPool2d(1)
-        self.fc = tnn.Linear(512, num_classes)
-
-    def forward(self, x: Any) -> Any:
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
 def _cna(cin: int, cout: int, k: int = 3, stride: int = 1, groups: int = 1) -> Any:
@@ -253,7 +214,7 @@ def test_paddle_lenet_to_a_torch_twin(tmp_path: Any) -> None:
 def test_paddle_resnet18_to_a_torch_twin() -> None:
     vision = pytest.importorskip("paddle.vision.models")
     source = _paddle_randomize_bn(vision.resnet18(num_classes=10))
-    result = port(source, TorchResNet18(), input_shape=(2, 3, 64, 64))
+    result = port(source, ResNet18(num_classes=10), input_shape=(2, 3, 64, 64))
     _check(result)
     assert "layer4.1.bn2.num_batches_tracked" in result.kept
     assert result.name_map["bn1.running_var"]["native"] == "bn1._variance"

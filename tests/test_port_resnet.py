@@ -20,6 +20,8 @@ paddle = pytest.importorskip("paddle")
 mx = pytest.importorskip("mxnet")
 tnn = torch.nn
 
+from torch_twins import ResNet18  # noqa: E402
+
 from polytrain.cli.main import main  # noqa: E402
 from polytrain.errors import ConfigError  # noqa: E402
 from polytrain.io.name_map import load_map  # noqa: E402
@@ -37,50 +39,6 @@ GLUON_MAP = {
 }  # fmt: skip
 RTOL = 1e-4  # of the largest |logit|
 BATCH = np.random.default_rng(13).standard_normal((2, 3, 64, 64)).astype(np.float32)
-
-
-class BasicBlock(tnn.Module):
-    """torchvision.models.resnet.BasicBlock."""
-
-    def __init__(self, cin: int, cout: int, stride: int) -> None:
-        super().__init__()
-        self.conv1 = tnn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = tnn.BatchNorm2d(cout)
-        self.relu = tnn.ReLU()
-        self.conv2 = tnn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = tnn.BatchNorm2d(cout)
-        self.downsample = None
-        if stride != 1 or cin != cout:
-            self.downsample = tnn.Sequential(
-                tnn.Conv2d(cin, cout, 1, stride, bias=False), tnn.BatchNorm2d(cout)
-            )
-
-    def forward(self, x: Any) -> Any:
-        out = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
-        return self.relu(out + (x if self.downsample is None else self.downsample(x)))
-
-
-class ResNet18(tnn.Module):
-    """torchvision.models.resnet18(): the same attributes, so the same state-dict names."""
-
-    def __init__(self, num_classes: int = 1000) -> None:
-        super().__init__()
-        self.conv1 = tnn.Conv2d(3, 64, 7, 2, 3, bias=False)
-        self.bn1 = tnn.BatchNorm2d(64)
-        self.relu = tnn.ReLU()
-        self.maxpool = tnn.MaxPool2d(3, 2, 1)
-        widths = [(64, 64, 1), (64, 128, 2), (128, 256, 2), (256, 512, 2)]
-        for i, (cin, cout, stride) in enumerate(widths, start=1):
-            blocks = tnn.Sequential(BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1))
-            setattr(self, f"layer{i}", blocks)
-        self.avgpool = tnn.AdaptiveAvgPool2d(1)
-        self.fc = tnn.Linear(512, num_classes)
-
-    def forward(self, x: Any) -> Any:
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        for i in range(1, 5):
-            x = getattr(self, f"layer{i}")(x)
-        return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
 def seeded_torch_resnet() -> ResNet18:
