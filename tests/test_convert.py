@@ -15,18 +15,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from convert_helpers import assert_same, convert, random_params
 from polytrain_mxnet._format import MXNetFormat
 from polytrain_paddle._format import PaddleFormat
 from polytrain_torch._format import TorchFormat
 
 from polytrain import get_backend, get_model_spec
 from polytrain.backend.base import Model
-from polytrain.cli.main import main
 from polytrain.data import load_dataset
 from polytrain.errors import CheckpointError, ConfigError
 from polytrain.io.checkpoint import save_checkpoint
 from polytrain.io.convert import builtin_map, load_map, read_weights, write_weights
-from polytrain.neutral.models import ModelSpec
 from polytrain.neutral.optim import OptimizerConfig
 from polytrain.testing import backends_under_test, tiny_resnet
 from polytrain.training.step import StepRunner
@@ -42,27 +41,6 @@ LOGIT_ATOL = 1e-5
 read_torch, read_paddle, read_mxnet = TorchFormat().read, PaddleFormat().read, MXNetFormat().read
 encode_paddle, encode_mxnet = PaddleFormat().encode, MXNetFormat().encode
 needs_all = pytest.mark.skipif(not set(BACKENDS) >= ALL, reason="needs all three backends")
-
-
-def random_params(spec: ModelSpec, seed: int = 1) -> dict[str, np.ndarray]:
-    """Every tensor random (running_var positive), so a mixed-up name or layout shows."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, shape in spec.parameter_shapes().items():
-        value = rng.standard_normal(shape).astype(np.float32)
-        out[name] = np.abs(value) + 0.5 if name.endswith("running_var") else value
-    return out
-
-
-def assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
-    assert list(got) == list(want)
-    for name in want:
-        assert got[name].dtype == want[name].dtype, name
-        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
-
-
-def convert(*args: str | Path) -> int:
-    return main(["convert", *map(str, args)])
 
 
 # -- the formats, against each framework's own reader and writer ---------------------------------

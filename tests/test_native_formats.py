@@ -14,40 +14,20 @@ from typing import Any
 
 import numpy as np
 import pytest
+from convert_helpers import assert_same, convert, random_params
 from polytrain_numpy._format import NumpyFormat
 from polytrain_torch._format import TorchFormat
 
 from polytrain import get_model_spec, hookimpl
 from polytrain.backend.native_format import LayoutRules, NativeFormat, PathLike
-from polytrain.cli.main import build_parser, main
+from polytrain.cli.main import build_parser
 from polytrain.errors import CheckpointError
 from polytrain.io.convert import read_weights, targets, write_weights
 from polytrain.io.native import detect_format, read_native
-from polytrain.neutral.models import ModelSpec
 from polytrain.plugins import registry
 from polytrain.testing import tiny_resnet
 
 LENET = get_model_spec("lenet")
-
-
-def random_params(spec: ModelSpec, seed: int = 1) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, shape in spec.parameter_shapes().items():
-        value = rng.standard_normal(shape).astype(np.float32)
-        out[name] = np.abs(value) + 0.5 if name.endswith("running_var") else value
-    return out
-
-
-def assert_same(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) -> None:
-    assert list(got) == list(want)
-    for name in want:
-        assert got[name].dtype == want[name].dtype, name
-        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
-
-
-def convert(*args: str | Path) -> int:
-    return main(["convert", *map(str, args)])
 
 
 # -- a format from a plugin the core does not know ------------------------------------------------
