@@ -2,7 +2,7 @@
 counting, a matmul peak probe and the statistics.
 
 The native loops and the polytrain run train the same LeNet from the same numpy weights
-(``spec.init_params(seed)``) on the same batches in the same order (contract 9 in
+(``spec.init_params(seed)``) on the same batches in the same order (the data-order contract in
 docs/architecture.md: ``default_rng([seed, epoch]).permutation(N)``), so their losses agree
 as well as their work: each measurement reports its last loss and the harness checks them.
 """

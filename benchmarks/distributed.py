@@ -8,7 +8,7 @@ For each backend, LeNet trains on a global batch of 256 random samples, once as 
 process and once as two processes on loopback started by ``polytrain launch`` (the
 framework's own engine: torchrun + gloo, paddle.distributed.launch + gloo, MXNet's
 ps-lite ``dist_sync`` with one server), each process taking its contiguous half of
-every global batch (contract 9 in docs/architecture.md), one thread per process.
+every global batch (the data-order contract in docs/architecture.md), one thread per process.
 
 A throughput pass times whole steps on rank 0 (samples/s of the global batch); a
 second, instrumented pass times ``Backend.sync_gradients`` (the cross-process gradient

@@ -83,8 +83,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "4",
         "Gradient accumulation",
         "Recipe(accumulate=K) / --accumulate K cuts each global batch into K micro-batches "
-        "and steps once: the same update as the whole batch at once (contract 3 in "
-        "docs/architecture.md).",
+        "and steps once: the same update as the whole batch at once (the global-batch "
+        "gradient contract in docs/architecture.md).",
     )
     out["accumulate_max_diff"] = accumulation_difference(backend, data)
     print(

@@ -1,5 +1,6 @@
-"""Gradient accumulation (contract 3 in docs/architecture.md): K micro-batches of b make
-the same update as one batch of K*b, alone and combined with several devices, on every backend."""
+"""Gradient accumulation (the global-batch gradient contract in docs/architecture.md): K
+micro-batches of b make the same update as one batch of K*b, alone and combined with several
+devices, on every backend."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Data parallelism in one process (contract 3 in docs/architecture.md): N emulated
-devices equal one device.
+"""Data parallelism in one process (the global-batch gradient contract in
+docs/architecture.md): N emulated devices equal one device.
 
 One training step of LeNet on N devices (the StepRunner: a shard per device, each
 shard's summed loss divided by the global batch size, gradients summed over replicas,

@@ -1,6 +1,6 @@
-"""Mixed precision (contract 5 in docs/architecture.md): the loss scaler's rules, what each
-backend supports here and the errors where it cannot, bf16/fp16 steps against fp32,
-unscaling, skipped steps, and the scaler's state through a checkpoint."""
+"""Mixed precision (the loss-scaling contract in docs/architecture.md): the loss scaler's
+rules, what each backend supports here and the errors where it cannot, bf16/fp16 steps
+against fp32, unscaling, skipped steps, and the scaler's state through a checkpoint."""
 
 from __future__ import annotations
 

@@ -9,10 +9,11 @@ float32 training chaos amplifies the rounding differences within a few dozen ste
 (docs/semantics.md). It is slower, and meant for checking a port, not for speed.
 ``bf16`` runs forward passes
 under the backend's autocast; bfloat16 keeps float32's exponent range, so gradients need no
-scaling. ``fp16`` adds a dynamic :class:`LossScaler` (contract 5 in docs/architecture.md):
-the loss is multiplied by the scale before backward; once gradients are summed over replicas
-and processes, the backend divides them by the scale and says whether all are finite; a step
-with inf/nan is skipped and the scale halves, 2000 good steps in a row double it. The
+scaling. ``fp16`` adds a dynamic :class:`LossScaler` (the loss-scaling contract in
+docs/architecture.md): the loss is multiplied by the scale before backward; once gradients
+are summed over replicas and processes, the backend divides them by the scale and says
+whether all are finite; a step with inf/nan is skipped and the scale halves, 2000 good steps
+in a row double it. The
 defaults are PyTorch's GradScaler's, the same on every backend.
 
 The scaler is plain Python (no framework), so its state is a small dict the checkpoint

@@ -1,4 +1,5 @@
-"""In-memory datasets and the framework-neutral batch loader (contract 9 in docs/architecture.md).
+"""In-memory datasets and the framework-neutral batch loader (the data-order contract in
+docs/architecture.md).
 
 Epoch ``e`` visits the samples in the order ``default_rng([seed, e]).permutation(N)``
 (or ``0..N-1`` without shuffling), cut into global batches of ``batch_size``; the

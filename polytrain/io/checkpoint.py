@@ -10,7 +10,7 @@ A checkpoint is a directory::
                            seed, recipe, loss scaler, metrics history, ``extra``
 
 No framework, no pickle: numpy, ``safetensors.numpy`` and JSON only, so a checkpoint
-written by one backend loads into any other (contract 6 in docs/architecture.md).
+written by one backend loads into any other (the save/load contract in docs/architecture.md).
 
 Crash safety. :func:`save_checkpoint` writes every file into a hidden sibling
 ``.<name>.tmp-*``, fsyncs each file and the directory, then renames it to ``<name>``.

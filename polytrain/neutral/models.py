@@ -2,8 +2,9 @@
 
 A spec is a tree of small frozen layer records with names; canonical parameter names
 are the dotted paths (``conv1.weight``, ``stages.0.0.bn1.running_var``), in PyTorch's
-layout. Initial weights are drawn here, in numpy, from the seed, by the rule the spec
-names, so every backend starts from the same numbers (contract 8 in docs/architecture.md).
+layout. Initial weights are drawn here, in numpy, from the seed, by the rule the spec names,
+so every backend starts from the same numbers (the initialisation contract in
+docs/architecture.md).
 """
 
 from __future__ import annotations

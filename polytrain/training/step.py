@@ -1,12 +1,12 @@
 """One optimizer step of the recipe, composed only of Backend verbs.
 
-The global batch is cut into ``accumulate`` micro-batches, each micro-batch into one
-shard per device; every shard's *summed* loss is scaled by 1/(samples of the global
-batch) before backward, gradients are summed over replicas (and processes), then one update.
-So devices x processes x micro-batches equals one device on the whole batch (contract 3 in
-docs/architecture.md). Under mixed precision (:mod:`polytrain.backend.precision`) forward
-passes run in autocast, and with fp16 the loss is scaled and a step with inf/nan gradients
-is skipped.
+The global batch is cut into ``accumulate`` micro-batches, each micro-batch into one shard
+per device; every shard's *summed* loss is scaled by 1/(samples of the global batch) before
+backward, gradients are summed over replicas (and processes), then one update. So devices x
+processes x micro-batches equals one device on the whole batch (the global-batch gradient
+contract in docs/architecture.md). Under mixed precision
+(:mod:`polytrain.backend.precision`) forward passes run in autocast, and with fp16 the loss
+is scaled and a step with inf/nan gradients is skipped.
 """
 
 from __future__ import annotations
