@@ -68,7 +68,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     print("1. train on Paddle")
     paddle_b = get_backend("paddle", threads=args.threads)
-    trainer = Trainer(recipe, paddle_b, out_dir=out / "paddle", progress=False, datasets=data)
+    # overwrite: this example owns its folders and replaces them on every run
+    trainer = Trainer(
+        recipe, paddle_b, out_dir=out / "paddle", progress=False, datasets=data, overwrite=True
+    )
     epoch = trainer.fit().epochs[-1]
     print(f"   epoch 1: loss {epoch.train_loss:.4f}, test accuracy {epoch.test_accuracy:.3f}")
     pdparams = out / "mnist.pdparams"
@@ -79,7 +82,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     torch_b = get_backend("torch", threads=args.threads)
     more = Recipe(**{**recipe.to_dict(), "epochs": 2})
     resumed = Trainer(more, torch_b, out_dir=out / "torch", resume=out / "paddle",
-                      progress=False, datasets=data)  # fmt: skip
+                      progress=False, datasets=data, overwrite=True)  # fmt: skip
     epoch = resumed.fit().epochs[-1]
     result["resumed_test_accuracy"] = float(epoch.test_accuracy or 0.0)
     print(f"   epoch 2 on torch: loss {epoch.train_loss:.4f}, "

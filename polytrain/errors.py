@@ -32,3 +32,7 @@ class ClusterError(PolytrainError):
 
 class NonFiniteLossError(PolytrainError):
     """Training produced a NaN or Inf loss."""
+
+
+class OutputError(PolytrainError):
+    """An output folder or file cannot be written, or belongs to another run."""

@@ -24,7 +24,7 @@ from typing import IO
 from polytrain.data.idx import GZIP_MAGIC
 from polytrain.data.registry import Checksums
 from polytrain.errors import DataError
-from polytrain.utils.fileio import fsync_dir
+from polytrain.utils.fileio import apply_umask, fsync_dir
 
 CHUNK = 1 << 20
 USER_AGENT = "polytrain-dataset-download/1"
@@ -117,6 +117,7 @@ def _fetch_one(
         ) from exc
     tmp = Path(tmp_name)
     try:
+        apply_umask(tmp)
         with os.fdopen(fd, "wb") as out:
             file_md5 = _stream(url, out, timeout, progress)
             out.flush()

@@ -46,7 +46,7 @@ import safetensors.numpy as stnp
 from polytrain.backend.mismatch import compare_shapes, name_list
 from polytrain.errors import CheckpointError, ConfigError
 from polytrain.neutral.models import ModelSpec
-from polytrain.utils.fileio import atomic_write_text, fsync_dir
+from polytrain.utils.fileio import apply_umask, atomic_write_text, fsync_dir
 
 FORMAT = "polytrain-checkpoint"
 FORMAT_VERSION = 1
@@ -160,6 +160,7 @@ def save_checkpoint(
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     aside = _aside(target)
     try:
+        apply_umask(tmp, directory=True)
         for fname, blob in blobs.items():  # the manifest last
             with open(tmp / fname, "wb") as fh:
                 fh.write(blob)

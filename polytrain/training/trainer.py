@@ -8,6 +8,7 @@ training-event hooks (progress bar, JSON-lines metrics, user plugins) and return
 from __future__ import annotations
 
 import contextlib
+import errno
 import signal
 import sys
 import threading
@@ -25,8 +26,22 @@ from polytrain.data import ArrayDataset, BatchLoader, load_dataset
 from polytrain.distributed.cluster import ClusterInfo
 from polytrain.distributed.cluster import resolve as resolve_cluster
 from polytrain.distributed.watchdog import Watchdog
-from polytrain.errors import CheckpointError, ConfigError, NonFiniteLossError, PolytrainError
+from polytrain.errors import (
+    CheckpointError,
+    ConfigError,
+    NonFiniteLossError,
+    OutputError,
+    PolytrainError,
+)
 from polytrain.io.checkpoint import Checkpoint, CheckpointManager, find_checkpoint, load_checkpoint
+from polytrain.io.run_dir import (
+    CURVES_FILE,
+    METRICS_FILE,
+    RunDirLock,
+    claim_run_dir,
+    os_error_line,
+    writable_dir,
+)
 from polytrain.neutral.models import ModelSpec, get_model_spec
 from polytrain.neutral.sharding import share_bounds
 from polytrain.plugins.records import EpochRecord, RunInfo, StepRecord, Summary
@@ -39,8 +54,7 @@ from polytrain.training.recipe import Recipe
 from polytrain.training.step import StepResult, StepRunner
 from polytrain.utils.threads import resolve_threads
 
-METRICS_FILE = "metrics.jsonl"
-CURVES_FILE = "curves.png"
+OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
 
 
 @dataclass
@@ -48,6 +62,11 @@ class Datasets:
     train: ArrayDataset
     test: ArrayDataset | None
     val: ArrayDataset | None = None
+
+    def origins(self) -> dict[str, dict[str, str]]:
+        """Per split, the folder and files it was read from (for the run's records)."""
+        parts = {"train": self.train, "test": self.test, "val": self.val}
+        return {k: dict(d.origin) for k, d in parts.items() if d is not None and d.origin}
 
 
 def load_datasets(recipe: Recipe) -> Datasets:
@@ -85,9 +104,59 @@ class Trainer:
         tensorboard: str | Path | None = None,
         fast: bool | None = None,
         inspect: str | None = None,
+        overwrite: bool = False,
     ) -> None:
         self.recipe = recipe
         self.cluster = cluster_info or resolve_cluster(environments=cluster_environments())
+        self._run_dir_lock: RunDirLock | None = None
+        if self.cluster.rank == 0:  # before any work: rank 0 writes the run's files
+            if tensorboard is not None:
+                writable_dir(tensorboard, "--tensorboard")
+            if out_dir:
+                self._run_dir_lock = claim_run_dir(out_dir, resume=resume, overwrite=overwrite)
+        try:
+            self._build(
+                backend,
+                out_dir=out_dir,
+                plugins=plugins,
+                progress=progress,
+                datasets=datasets,
+                threads=threads,
+                timeout=timeout,
+                resume=resume,
+                checkpoint_every=checkpoint_every,
+                keep_checkpoints=keep_checkpoints,
+                tensorboard=tensorboard,
+                fast=fast,
+                inspect=inspect,
+            )
+        except BaseException:
+            self._release_run_dir()
+            raise
+
+    def _release_run_dir(self) -> None:
+        if self._run_dir_lock is not None:
+            self._run_dir_lock.release()
+            self._run_dir_lock = None
+
+    def _build(
+        self,
+        backend: Backend | str | None,
+        *,
+        out_dir: str | Path | None,
+        plugins: Iterable[object],
+        progress: bool | None,
+        datasets: Datasets | None,
+        threads: int | None,
+        timeout: float,
+        resume: str | Path | None,
+        checkpoint_every: int | None,
+        keep_checkpoints: int,
+        tensorboard: str | Path | None,
+        fast: bool | None,
+        inspect: str | None,
+    ) -> None:
+        recipe = self.recipe
         if not isinstance(backend, Backend):
             if threads is not None or self.cluster.local_world_size > 1:
                 threads = resolve_threads(threads, self.cluster.local_world_size)
@@ -179,6 +248,7 @@ class Trainer:
             recipe=r.to_dict(),
             out_dir=str(self.out_dir) if self.out_dir else None,
             start_epoch=self.epoch,
+            data=self.data.origins(),
         )
 
     def fit(self) -> Summary:
@@ -191,10 +261,25 @@ class Trainer:
         try:
             with self._stop_on_signals():
                 return self._fit()
+        except OSError as exc:
+            if exc.filename is None and exc.errno not in OUTPUT_ERRNOS:
+                raise
+            raise OutputError(os_error_line(exc, self._resume_hint())) from exc
         finally:
             if self.watchdog is not None:
                 self.watchdog.stop()
             self.backend.shutdown_distributed()
+            self._release_run_dir()
+
+    def _resume_hint(self) -> str:
+        """What to do after the output failed: free space, then resume from the last good
+        checkpoint (named), or start again if there is none."""
+        if self.last_checkpoint is None or self.out_dir is None:
+            return "Free space or fix the folder's permissions and run again (no checkpoint yet)."
+        return (
+            f"Free space or fix the permissions; the last good checkpoint is "
+            f"{self.last_checkpoint}: polytrain train --resume {self.out_dir}"
+        )
 
     @contextlib.contextmanager
     def _stop_on_signals(self) -> Iterator[None]:

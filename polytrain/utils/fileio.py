@@ -13,6 +13,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux allows."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)  # elsewhere: set and restore (not thread-safe, but brief)
+    os.umask(mask)
+    return mask
+
+
+def apply_umask(path: str | os.PathLike[str], *, directory: bool = False) -> None:
+    """Give ``path`` the mode a plain ``open``/``mkdir`` would have: ``mkstemp`` and
+    ``mkdtemp`` create private (0600/0700) entries whatever the umask."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~current_umask())
+
+
 def fsync_dir(directory: str | os.PathLike[str]) -> None:
     """Make a rename inside ``directory`` durable (no-op where unsupported)."""
     try:
@@ -39,6 +56,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     try:
+        apply_umask(tmp)
         yield tmp
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())

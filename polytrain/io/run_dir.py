@@ -1,0 +1,166 @@
+"""A run owns its output folder.
+
+* :func:`writable_dir` checks a folder (``--out``, ``--tensorboard``, ``--log-dir``) before
+  any work: it is created if missing, must be a folder, and must accept a file.
+* :func:`claim_run_dir` takes the folder's lock and refuses a folder that holds another
+  run unless the user resumes it or asks to overwrite it.
+
+The lock is ``.polytrain.lock`` with an advisory ``flock`` held for the life of the run; the
+file names the owner (pid, host, command, start time) for the message a second run gets.
+The kernel drops the lock when its process dies, however it dies, so a lock left by a
+killed run is stale by construction and the next run takes it. The file itself stays
+(deleting a lock file races with a process that has just opened it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from polytrain.errors import ConfigError, OutputError
+
+LOCK_FILE = ".polytrain.lock"
+METRICS_FILE = "metrics.jsonl"
+CURVES_FILE = "curves.png"
+RUN_FILES = (METRICS_FILE, CURVES_FILE, "checkpoints")  # what a training run writes
+
+
+def os_error_line(exc: OSError, fix: str) -> str:
+    """One line for an OSError a user can cause: the path, the reason, what to do."""
+    where = exc.filename if exc.filename is not None else "a file"
+    reason = exc.strerror or type(exc).__name__
+    return f"cannot write {where}: {reason}. {fix}"
+
+
+def writable_dir(path: str | os.PathLike[str], flag: str) -> Path:
+    """``path`` as a folder that exists and accepts files, or :class:`OutputError` naming
+    the flag, the path and the fix."""
+    folder = Path(path).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"{flag} {folder} is a file, not a folder; name a folder.")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".polytrain-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise OutputError(
+            f"{flag} {folder} is not writable ({exc.strerror or exc}); "
+            "choose a folder you can write to."
+        ) from None
+    return folder
+
+
+def run_contents(folder: Path) -> list[str]:
+    """The files of a training run in ``folder`` (empty if it holds none)."""
+    return [name for name in RUN_FILES if (folder / name).exists()]
+
+
+@dataclass
+class RunDirLock:
+    """The held lock of one run's output folder; :meth:`release` when the run ends."""
+
+    folder: Path
+    handle: IO[str] | None
+
+    def release(self) -> None:
+        if self.handle is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self.handle, fcntl.LOCK_UN)
+            self.handle.close()
+            self.handle = None
+
+
+def _owner_record() -> str:
+    return json.dumps(
+        {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "command": " ".join(sys.argv),
+            "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
+    )
+
+
+def _owner(handle: IO[str]) -> str:
+    handle.seek(0)
+    try:
+        info = json.loads(handle.read() or "{}")
+        return f"pid {info['pid']} on {info['host']} since {info['since']} ({info['command']})"
+    except (ValueError, KeyError, TypeError):
+        return "another process"
+
+
+def lock_run_dir(folder: Path) -> RunDirLock:
+    """Take ``folder``'s lock or raise :class:`OutputError` naming its owner."""
+    lock = folder / LOCK_FILE
+    try:
+        handle = open(lock, "a+", encoding="utf-8")  # noqa: SIM115 - held for the run
+    except OSError as exc:
+        raise OutputError(os_error_line(exc, "Choose a folder you can write to.")) from None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        owner = _owner(handle)
+        handle.close()
+        raise OutputError(
+            f"{folder} is in use by another run: {owner}. Wait for it to end or choose "
+            "another --out."
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(_owner_record() + "\n")
+    handle.flush()
+    return RunDirLock(folder, handle)
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path.resolve().is_relative_to(folder.resolve())
+
+
+def claim_run_dir(
+    path: str | os.PathLike[str],
+    *,
+    resume: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+) -> RunDirLock:
+    """Lock ``path`` for one training run.
+
+    A folder that holds another run's files (metrics, checkpoints) is refused unless
+    ``resume`` names a checkpoint inside it (the same run goes on) or ``overwrite`` is set
+    (its run files are deleted once the lock is held; other files stay)."""
+    folder = writable_dir(path, "--out")
+    held = lock_run_dir(folder)
+    try:
+        found = run_contents(folder)
+        if found and not (resume is not None and _inside(Path(resume), folder)):
+            if not overwrite:
+                what = ", ".join(found)
+                hint = (
+                    "--resume names another run"
+                    if resume is not None
+                    else f"to continue it, --resume {folder}"
+                )
+                raise ConfigError(
+                    f"--out {folder} holds another run ({what}); {hint}; to replace it, "
+                    "--overwrite; or choose another --out."
+                )
+            for name in found:
+                target = folder / name
+                if target.is_dir():
+                    shutil.rmtree(target)
+                else:
+                    target.unlink()
+    except BaseException:
+        held.release()
+        raise
+    return held
