@@ -14,13 +14,13 @@ import pytest
 torch = pytest.importorskip("torch")
 tnn = torch.nn
 
+from port_helpers import RNG, check_port, gluon_randomize_bn, paddle_randomize_bn  # noqa: E402
 from torch_twins import ResNet18  # noqa: E402
 
 from polytrain import port  # noqa: E402
 from polytrain.cli.main import main  # noqa: E402
 from polytrain.errors import ConfigError  # noqa: E402
 
-RNG = np.random.default_rng(13)
 NAMES = itertools.count()  # Paddle refuses a parameter name used twice in one process
 
 
@@ -145,28 +145,6 @@ class TorchMLP(tnn.Module):
 # -- helpers --------------------------------------------------------------------------------
 
 
-def _paddle_randomize_bn(model: Any) -> Any:
-    """Paddle's BatchNorm starts at mean 0, variance 1: give every statistic a value."""
-    import paddle
-
-    state = model.state_dict()
-    for name, value in state.items():
-        shape = value.shape
-        if name.endswith(("_mean", "bias")) and len(shape) == 1:
-            state[name] = paddle.to_tensor(RNG.normal(0, 0.1, shape).astype("float32"))
-        elif name.endswith(("_variance", "weight")) and len(shape) == 1:
-            state[name] = paddle.to_tensor(RNG.uniform(0.5, 1.5, shape).astype("float32"))
-    model.set_state_dict(state)
-    return model
-
-
-def _check(result: Any) -> None:
-    out = result.verification.rows[-1]
-    assert result.passed, result.format()
-    assert out.layer == "(output)" and out.relative <= 1e-4
-    assert len(result.verification.rows) > len(result.pairs) // 2
-
-
 def _paddle_mlp() -> Any:
     import paddle
 
@@ -199,7 +177,7 @@ def test_paddle_lenet_to_a_torch_twin(tmp_path: Any) -> None:
         vision.LeNet(), target, input_shape=(2, 1, 28, 28), out=tmp_path / "lenet.pt",
         map_out=tmp_path / "map.json", report_out=tmp_path / "report.json",
     )  # fmt: skip
-    _check(result)
+    check_port(result, "LeNet")
     saved = torch.load(tmp_path / "lenet.pt", weights_only=True)
     assert torch.equal(saved["fc.0.weight"], target.fc[0].weight.detach())
     mapped = json.loads((tmp_path / "map.json").read_text())["paddle"]
@@ -213,18 +191,18 @@ def test_paddle_lenet_to_a_torch_twin(tmp_path: Any) -> None:
 
 def test_paddle_resnet18_to_a_torch_twin() -> None:
     vision = pytest.importorskip("paddle.vision.models")
-    source = _paddle_randomize_bn(vision.resnet18(num_classes=10))
+    source = paddle_randomize_bn(vision.resnet18(num_classes=10))
     result = port(source, ResNet18(num_classes=10), input_shape=(2, 3, 64, 64))
-    _check(result)
+    check_port(result, "resnet18")
     assert "layer4.1.bn2.num_batches_tracked" in result.kept
     assert result.name_map["bn1.running_var"]["native"] == "bn1._variance"
 
 
 def test_paddle_mobilenet_v2_with_depthwise_convolutions() -> None:
     vision = pytest.importorskip("paddle.vision.models")
-    source = _paddle_randomize_bn(vision.mobilenet_v2(num_classes=10))
+    source = paddle_randomize_bn(vision.mobilenet_v2(num_classes=10))
     result = port(source, TorchMobileNetV2(), input_shape=(2, 3, 64, 64))
-    _check(result)
+    check_port(result, "mobilenet_v2")
     assert any(p.target.groups > 1 for p in result.pairs)
 
 
@@ -232,7 +210,7 @@ def test_a_square_user_named_linear_is_transposed_from_the_object() -> None:
     pytest.importorskip("paddle")
     source, target = _paddle_mlp(), TorchMLP()
     result = port(source, target, input_shape=(4, 64))
-    _check(result)
+    check_port(result)
     np.testing.assert_array_equal(target.fc1.weight.detach().numpy(), source.fc1.weight.numpy().T)
     assert result.name_map["fc1.weight"]["transpose"] is True
 
@@ -263,23 +241,12 @@ def test_layers_out_of_order_stop_with_a_hint_and_hints_resolve_them() -> None:
     with pytest.raises(ConfigError, match=r"'fc1' and target 'head'.*SOURCE_LAYER=TARGET_LAYER"):
         port(_paddle_mlp(), HeadFirst(), input_shape=(4, 64))
     result = port(_paddle_mlp(), HeadFirst(), input_shape=(4, 64), hints={"head": "head"})
-    _check(result)
+    check_port(result)
     with pytest.raises(ConfigError, match="did you mean head"):
         port(_paddle_mlp(), HeadFirst(), input_shape=(4, 64), hints={"haed": "head"})
 
 
 # -- Gluon ------------------------------------------------------------------------------------
-
-
-def _gluon_randomize_bn(model: Any) -> None:
-    import mxnet as mx
-
-    for name, param in model._collect_params_with_prefix().items():
-        shape = param.shape
-        if name.endswith(("running_mean", "beta")):
-            param.set_data(mx.nd.array(RNG.normal(0, 0.1, shape).astype("float32")))
-        elif name.endswith(("running_var", "gamma")):
-            param.set_data(mx.nd.array(RNG.uniform(0.5, 1.5, shape).astype("float32")))
 
 
 def test_gluon_model_zoo_resnet18_to_a_torch_twin() -> None:
@@ -289,9 +256,9 @@ def test_gluon_model_zoo_resnet18_to_a_torch_twin() -> None:
     source = vision.resnet18_v1(classes=10)
     source.initialize(mx.init.Xavier())
     source(mx.nd.zeros((1, 3, 64, 64)))  # Gluon sets deferred shapes on the first call
-    _gluon_randomize_bn(source)
+    gluon_randomize_bn(source)
     result = port(source, TorchGluonResNet18(), input_shape=(2, 3, 64, 64))
-    _check(result)
+    check_port(result, "resnet18_v1")
     assert result.name_map["features.1.weight"]["native"] == "features.1.gamma"
 
 
@@ -313,7 +280,7 @@ def test_gluon_dense_layers_to_a_torch_twin() -> None:
     source = GluonMLP()
     source.initialize(mx.init.Xavier())
     target = TorchMLP()
-    _check(port(source, target, input_shape=(4, 64)))
+    check_port(port(source, target, input_shape=(4, 64)))
     np.testing.assert_array_equal(
         target.fc2.weight.detach().numpy(), source.fc2.weight.data().asnumpy()
     )

@@ -104,3 +104,25 @@ def test_port_paddle_to_torch(tmp_path: Path) -> None:
     assert result["logit_max_diff"] <= 1e-5
     assert np.isfinite(result["torch_loss"]) and result["resumed_test_accuracy"] > 0.3
     assert (tmp_path / "torch" / "checkpoints" / "latest").exists()
+
+
+@pytest.mark.skipif(not {"paddle", "torch"} <= set(BACKENDS), reason="needs paddle and torch")
+@pytest.mark.filterwarnings("ignore:When training, we now always track:UserWarning")  # BatchNorm2D
+def test_port_paddle_script_continues_on_torch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plain Paddle Adam script's files, converted, continue in plain PyTorch with Paddle's
+    own losses; the same continuation with a fresh Adam is far off (and exits 1)."""
+    run = example("port_paddle_script").main
+    quick = ["--steps", "5", "--continue-steps", "5", "--batch-size", "16", "--test-samples",
+             "64"]  # fmt: skip
+    ported = run([*quick, "--out", str(tmp_path / "ported")])
+    assert ported["passed"] and ported["max_diff"] <= 1e-5, ported
+    assert ported["saved_logit_max_diff"] <= 1e-4
+    assert len(ported["torch_losses"]) == 5
+    assert {"net.pdparams", "net.pdopt", "net.pt", "net.optimizer.pt"} <= {
+        p.name for p in (tmp_path / "ported").iterdir()
+    }
+    assert "optimizer state: adam, step 5" in capsys.readouterr().out
+    fresh = run([*quick, "--out", str(tmp_path / "fresh"), "--fresh-optimizer"])
+    assert not fresh["passed"] and fresh["max_diff"] > 100 * 1e-5, fresh

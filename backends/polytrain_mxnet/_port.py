@@ -1,7 +1,8 @@
 """``polytrain port`` on MXNet Gluon models: walk ``Block`` trees, load and trace them.
 
 Gluon names BatchNorm's scale and shift ``gamma`` and ``beta``; names in the state are
-those of ``save_parameters`` (child names joined by dots)."""
+those of ``save_parameters`` (child names joined by dots). A ``Conv2D``/``Dense`` built with
+``activation=...`` is traced before its activation, where other frameworks' layers end."""
 
 from __future__ import annotations
 
@@ -38,6 +39,18 @@ def _blocks(block: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     yield prefix, block
     for name, child in block._children.items():
         yield from _blocks(child, f"{prefix}.{name}" if prefix else name)
+
+
+def _fused_activation(block: Any) -> Any:
+    """The ``Activation`` child of a ``Conv2D``/``Dense`` built with ``activation=...``, or
+    None: the block's output is after it, while the other frameworks' layers stop before."""
+    from mxnet.gluon import nn
+    from mxnet.gluon.nn.conv_layers import _Conv
+
+    if not isinstance(block, nn.Dense | _Conv):
+        return None
+    act = getattr(block, "act", None)
+    return act if isinstance(act, nn.Activation) else None
 
 
 def _first_array(value: Any) -> Any:
@@ -96,16 +109,20 @@ class GluonWalker(ModelWalker):
             )
         outputs: dict[str, np.ndarray] = {}
         handles = []
+
+        def keep(name: str, value: Any) -> None:
+            value = _first_array(value)
+            if name not in outputs and isinstance(value, mx.nd.NDArray):
+                outputs[name] = value.asnumpy()
+
         for name, block in _blocks(model):
             if not block._reg_params:
                 continue
-
-            def hook(_b: Any, _i: Any, out: Any, name: str = name) -> None:
-                value = _first_array(out)
-                if name not in outputs and isinstance(value, mx.nd.NDArray):
-                    outputs[name] = value.asnumpy()
-
-            handles.append(block.register_forward_hook(hook))
+            act = _fused_activation(block)
+            if act is not None:  # the input of its activation: the layer's own output
+                handles.append(act.register_forward_pre_hook(lambda _a, i, n=name: keep(n, i)))
+            else:
+                handles.append(block.register_forward_hook(lambda _b, _i, o, n=name: keep(n, o)))
         try:
             with mx.autograd.predict_mode():
                 array = np.asarray(inputs)

@@ -70,6 +70,17 @@ class PaddleWalker(ModelWalker):
             found.append(WalkedLayer(name, kind, type(layer).__name__, tensors, groups))
         return found
 
+    def notes(self, model: Any) -> list[str]:
+        import paddle.nn as nn
+
+        return [
+            f"source layer {name} is Dropout(p={layer.p}, mode='downscale_in_infer'): in eval "
+            f"it multiplies by 1 - p = {1 - layer.p:g}, so the target must too (a dropout that "
+            "rescales while training, the usual one, does not)"
+            for name, layer in model.named_sublayers(include_self=True)
+            if isinstance(layer, nn.Dropout) and layer.mode == "downscale_in_infer" and layer.p
+        ]
+
     def state(self, model: Any) -> dict[str, np.ndarray]:
         return {k: np.asarray(v.numpy()) for k, v in model.state_dict().items()}
 

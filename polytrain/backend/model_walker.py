@@ -90,6 +90,11 @@ class ModelWalker(ABC):
     def load_file(self, model: Any, path: PathLike) -> None:
         """Load a weights file its framework saved for this model."""
 
+    def notes(self, model: Any) -> list[str]:
+        """What the target must reproduce that no tensor shows (e.g. a dropout layer that
+        scales in eval), one line each; none by default."""
+        return []
+
     @abstractmethod
     def trace(self, model: Any, inputs: np.ndarray) -> Trace:
         """Run ``model`` in eval mode on ``inputs`` (no gradients) with forward hooks on the

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ DEFAULT_TOLERANCE = 1e-4
 class PortResult:
     """What :func:`port` did: the target's state (native names), the map (target name ->
     source tensor), the source layers a hint left out, target entries kept as they were,
-    and the verification."""
+    the verification, and what the target must reproduce that no tensor shows (notes)."""
 
     source_framework: str
     target_framework: str
@@ -38,6 +38,7 @@ class PortResult:
     left_out: list[str]
     kept: list[str]
     verification: Verification
+    notes: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -55,6 +56,7 @@ class PortResult:
             "hinted": [f"{p.source.name}={p.target.name}" for p in self.pairs if p.hinted],
             "left_out": self.left_out,
             "kept_from_target": self.kept,
+            "notes": self.notes,
             "verification": self.verification.to_dict(),
         }
 
@@ -63,7 +65,7 @@ class PortResult:
             f"ported {len(self.pairs)} layers, {len(self.name_map)} tensors, "
             f"{self.source_framework} -> {self.target_framework}"
         )
-        notes = []
+        notes = [f"note: {note}" for note in self.notes]
         if self.left_out:
             notes.append(f"left out (hints): {', '.join(self.left_out)}")
         if self.kept:
@@ -158,6 +160,7 @@ def port(
         left_out,
         kept,
         compare_traces(pairs, src_trace, tgt_trace, tolerance),
+        src_walker.notes(src_model),
     )
     if map_out is not None:
         _write_json(map_out, result.map_json())
