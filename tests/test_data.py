@@ -428,8 +428,8 @@ def test_load_dataset_download_failure_says_how_to_fix(
     tmp_path: Path, mirrors: dict[str, str]
 ) -> None:
     spec = tiny_spec(mirrors=(mirrors["corrupt"],))
-    with pytest.raises(DataError, match=r"(?s)checksum mismatch.*--data-dir DIR") as info:
-        load_dataset(spec, "test", data_dir=tmp_path / "d")
+    with pytest.raises(DataError, match=r"(?s)checksum mismatch.*drop --data-dir") as info:
+        load_dataset(spec, "test", data_dir=tmp_path / "d", download=True)
     assert mirrors["corrupt"] in str(info.value)
     assert leftovers(tmp_path / "d" / TINY) == []
 
@@ -469,11 +469,18 @@ def test_locate_name_subdir_first_and_pairs_only(tmp_path: Path) -> None:
     write_tiny(root / TINY)
     loc = locate_dataset(spec, root, system_dirs=[]).location("test")
     assert loc.directory == root / TINY
-    # A lone images file does not count: the complete pair further down the list wins.
+    # A lone images file does not make a split, and the pair in root/ is not read instead:
+    # every split comes from root/TINY/, the first folder holding the dataset's files.
     (root / TINY / "t10k-labels-idx1-ubyte.gz").unlink()
-    loc = locate_dataset(spec, root, system_dirs=[]).location("test")
-    assert loc.directory == root and loc.lone_files == (root / TINY / "t10k-images-idx3-ubyte.gz",)
-    assert locate_dataset(spec, root, system_dirs=[]).location("train").directory == root / TINY
+    report = locate_dataset(spec, root, system_dirs=[])
+    loc = report.location("test")
+    assert not loc.found and loc.lone_files == (root / TINY / "t10k-images-idx3-ubyte.gz",)
+    assert report.location("train").directory == root / TINY
+    with pytest.raises(DataError) as info:
+        load_dataset(spec, "test", data_dir=root)
+    message = str(info.value)
+    assert "\n" not in message and f"no {TINY} test split in {root / TINY}" in message
+    assert "without its partner" in message and f"{root} has them" in message
 
 
 def test_report_for_the_cli(tmp_path: Path) -> None:

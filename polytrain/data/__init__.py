@@ -79,7 +79,7 @@ def load_dataset(
     name: str | DatasetSpec,
     split: str,
     data_dir: str | os.PathLike[str] | None = None,
-    download: bool = True,
+    download: bool | None = None,
     verify: bool = False,
     *,
     timeout: float = 60.0,
@@ -88,9 +88,13 @@ def load_dataset(
 ) -> ArrayDataset:
     """Find (or download) one split of a dataset and load it into memory.
 
-    ``verify`` checks each file's md5 (of its content, or of the .gz) even when
-    it was not just downloaded. Raises ConfigError for an unknown dataset or
-    split, DataError for missing, corrupt or mismatched files.
+    Every split comes from the dataset's one folder (``polytrain.data.locate``); with
+    ``data_dir`` only from ``data_dir/<name>/`` or ``data_dir/``. ``download``: fetch a
+    missing split into that folder; by default only when no ``data_dir`` is given. The
+    dataset's ``origin`` records the folder and files actually read. ``verify`` checks
+    each file's md5 (of its content, or of the .gz) even when it was not just downloaded.
+    Raises ConfigError for an unknown dataset or split, DataError for missing, corrupt or
+    mismatched files.
     """
     from polytrain.data.idx import parse_idx, read_payload
     from polytrain.data.loader import ArrayDataset
@@ -115,7 +119,15 @@ def load_dataset(
     source = f"{spec.name} {split}: images {where.images}, labels {where.labels}"
     if images.ndim != 3 or tuple(images.shape[1:]) != spec.image_shape:
         raise _shape_error(where.images, images.shape, spec)
-    return ArrayDataset(images, labels, classes=spec.classes, source=source)
+    origin = {
+        "dataset": spec.name,
+        "split": split,
+        "directory": str(where.directory),
+        "rule": str(where.rule),
+        "images": str(where.images),
+        "labels": str(where.labels),
+    }
+    return ArrayDataset(images, labels, classes=spec.classes, source=source, origin=origin)
 
 
 def _shape_error(path: object, shape: tuple[int, ...], spec: DatasetSpec) -> Exception:

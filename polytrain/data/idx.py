@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import sys
 import zlib
 from math import prod
 from pathlib import Path
@@ -20,6 +21,11 @@ from polytrain.errors import ConfigError, DataError
 from polytrain.utils.fileio import atomic_write_bytes
 
 GZIP_MAGIC = b"\x1f\x8b"
+GZIP_WBITS = 16 + zlib.MAX_WBITS  # zlib reads (and checks) the gzip header and trailer
+INFLATE_BLOCK = 1 << 20  # compressed bytes fed to zlib at a time
+#: Content bytes inflated past the declared size before a gzip IDX file is refused; a
+#: shorter excess is reported exactly by parse_idx.
+INFLATE_MARGIN = 1 << 16
 
 #: IDX type code -> big-endian numpy dtype of the payload.
 IDX_DTYPES: dict[int, np.dtype] = {
@@ -41,7 +47,11 @@ def is_gzip(data: bytes) -> bool:
 
 
 def read_payload(path: str | os.PathLike[str]) -> tuple[bytes, bytes]:
-    """``(file_bytes, content)`` of ``path``; content is decompressed if gzip."""
+    """``(file_bytes, content)`` of ``path``; content is decompressed if gzip.
+
+    Decompression is bounded by the size the IDX header declares (see
+    :func:`inflate_idx`): a small gzip file cannot inflate to gigabytes.
+    """
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -54,14 +64,107 @@ def read_payload(path: str | os.PathLike[str]) -> tuple[bytes, bytes]:
         raise DataError(f"{path}: cannot read the file ({exc}). Check its permissions.") from exc
     if not is_gzip(raw):
         return raw, raw
-    try:
-        content = gzip.decompress(raw)
-    except (OSError, EOFError, zlib.error) as exc:
+    return raw, inflate_idx(raw, path)
+
+
+def declared_size(head: bytes) -> int | None:
+    """Header plus payload bytes that the IDX header in ``head`` declares; None unless
+    ``head`` starts with a complete, valid IDX header."""
+    if not _valid_magic(head[:4]):
+        return None
+    ndim = head[3]
+    header = 4 + 4 * ndim
+    if len(head) < header:
+        return None
+    dims = [int.from_bytes(head[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    return header + prod(dims) * IDX_DTYPES[head[2]].itemsize
+
+
+def _valid_magic(magic: bytes) -> bool:
+    """Whether ``magic`` is a valid 4-byte IDX magic number."""
+    return len(magic) == 4 and magic[:2] == b"\0\0" and magic[2] in IDX_DTYPES and magic[3] >= 1
+
+
+def inflate_idx(raw: bytes, path: str | os.PathLike[str] = "<bytes>") -> bytes:
+    """The decompressed content of the gzip IDX file ``raw``, inflated no further than the
+    size its header declares plus :data:`INFLATE_MARGIN` bytes.
+
+    A stream that holds more is refused before it is inflated (a decompression bomb); a
+    stream that ends early (truncated) or fails its checks is a DataError. A content at
+    most the margin longer or shorter than declared is returned, for :func:`parse_idx`
+    to name the exact difference.
+    """
+    reader = _GzipReader(raw, path)
+    head = reader.read(4)
+    if _valid_magic(head):
+        head += reader.read(4 * head[3])
+    declared = declared_size(head)
+    if declared is None:
+        return head  # not a valid IDX header: parse_idx names what is wrong with it
+    body = reader.read(declared - len(head) + INFLATE_MARGIN + 1)
+    if len(body) > declared - len(head) + INFLATE_MARGIN:
         raise DataError(
-            f"{path}: corrupt gzip data ({exc}); expected a complete gzip stream of an IDX "
-            f"file ({len(raw)} compressed bytes read). {_REFETCH}"
-        ) from None
-    return raw, content
+            f"{path}: the IDX header declares {declared} bytes, but the gzip stream holds "
+            f"more (stopped after inflating {len(head) + len(body)} bytes of a {len(raw)}-byte "
+            f"file): the file is corrupt or not an IDX file. {_REFETCH}"
+        )
+    return head + body
+
+
+class _GzipReader:
+    """Inflates the gzip members of ``raw`` on demand, never more than asked for; the
+    input is fed in blocks, so no call copies more than a block of it."""
+
+    def __init__(self, raw: bytes, path: str | os.PathLike[str]) -> None:
+        self._raw = memoryview(raw)
+        self._fed = 0  # bytes of raw handed to the inflater so far
+        self._path = path
+        self._input = b""  # fed input the inflater has not consumed yet
+        self._inflater = zlib.decompressobj(GZIP_WBITS)
+        self._inflated = 0
+        self._done = False
+
+    def read(self, n: int) -> bytes:
+        """Up to ``n`` more content bytes; fewer only at the end of the last member."""
+        chunks = []
+        while n > 0 and not self._done:
+            if self._inflater.eof:
+                self._next_member()
+                continue
+            if not self._input and self._fed < len(self._raw):
+                self._input = self._raw[self._fed : self._fed + INFLATE_BLOCK].tobytes()
+                self._fed += len(self._input)
+            before = len(self._input)
+            try:
+                out = self._inflater.decompress(self._input, min(n, sys.maxsize))
+            except zlib.error as exc:
+                raise self._corrupt(str(exc)) from None
+            self._input = self._inflater.unconsumed_tail
+            if not out and not self._inflater.eof and len(self._input) == before:
+                raise self._corrupt(
+                    f"the stream ends early (truncated) after {self._inflated} inflated bytes"
+                )
+            chunks.append(out)
+            n -= len(out)
+            self._inflated += len(out)
+        return b"".join(chunks)
+
+    def _next_member(self) -> None:
+        rest = (self._inflater.unused_data + self._raw[self._fed :]).lstrip(b"\0")
+        self._fed = len(self._raw)
+        if not rest:  # gzip allows zero padding after the last member
+            self._done = True
+        elif is_gzip(rest):  # concatenated gzip members form one content
+            self._inflater = zlib.decompressobj(GZIP_WBITS)
+            self._input = rest
+        else:
+            raise self._corrupt(f"{len(rest)} bytes after the gzip stream are not gzip data")
+
+    def _corrupt(self, why: str) -> DataError:
+        return DataError(
+            f"{self._path}: corrupt gzip data ({why}); expected a complete gzip stream of an "
+            f"IDX file ({len(self._raw)} compressed bytes read). {_REFETCH}"
+        )
 
 
 def parse_idx(data: bytes, path: str | os.PathLike[str] = "<bytes>") -> np.ndarray:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,7 +30,8 @@ class ArrayDataset:
     ``images``: uint8 ``[N, H, W]`` or ``[N, C, H, W]`` (scaled by 1/255), or
     float ``[N, C, H, W]`` / ``[N, H, W]`` (used as is). ``x`` is float32
     ``[N, C, H, W]``, converted once on first use; ``y`` is int64 ``[N]``.
-    ``source`` names where the arrays came from, for error messages.
+    ``source`` names where the arrays came from, for error messages; ``origin`` (from
+    ``load_dataset``) records the dataset, split, folder and files read, for run records.
     """
 
     def __init__(
@@ -41,6 +42,7 @@ class ArrayDataset:
         num_classes: int | None = None,
         classes: Sequence[str] | None = None,
         source: str | None = None,
+        origin: Mapping[str, str] | None = None,
     ) -> None:
         images = np.asarray(images)
         labels = np.asarray(labels)
@@ -83,6 +85,7 @@ class ArrayDataset:
         self.num_classes = num_classes
         self.classes = tuple(classes) if classes is not None else None
         self.source = source
+        self.origin: dict[str, str] = dict(origin or {})
 
     def __len__(self) -> int:
         return len(self.y)
@@ -118,6 +121,7 @@ class ArrayDataset:
             num_classes=self.num_classes,
             classes=self.classes,
             source=source,
+            origin=self.origin,
         )
 
     def subset(self, n: int) -> ArrayDataset:

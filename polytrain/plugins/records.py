@@ -27,6 +27,7 @@ class RunInfo:
     start_epoch: int = 0
     start_step: int = 0
     fast: bool = False  # compiled execution (hybridize, torch.compile, to_static)
+    data: dict[str, Any] = field(default_factory=dict)  # per split: the folder and files read
 
     @property
     def is_main(self) -> bool:
