@@ -36,3 +36,7 @@ class NonFiniteLossError(PolytrainError):
 
 class OutputError(PolytrainError):
     """An output folder or file cannot be written, or belongs to another run."""
+
+
+class DivergedError(PolytrainError):
+    """Training diverged: the loss grew past its limit or too many steps were skipped."""

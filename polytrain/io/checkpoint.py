@@ -520,6 +520,7 @@ class CheckpointManager:
         self.run_dir = Path(run_dir).absolute()
         self.directory = self.run_dir / "checkpoints"
         self.keep = keep
+        self.protected: Path | None = None  # never pruned (the trainer's last good one)
 
     @property
     def pointer(self) -> Path:
@@ -533,11 +534,37 @@ class CheckpointManager:
             raise ConfigError("CheckpointManager.save needs position={'global_step': N, ...}.")
         step = int(position["global_step"])
         path = save_checkpoint(self.directory / f"step-{step:08d}", **kwargs)
+        self.point(path)
+        self.prune()
+        return path
+
+    def point(self, path: Path) -> None:
+        """Make ``latest`` name ``path`` (a ``step-N`` directory of this run)."""
+        step = int(path.name.split("-")[1])
         atomic_write_text(
             self.pointer, json.dumps({"checkpoint": path.name, "global_step": step}) + "\n"
         )
-        self.prune()
-        return path
+
+    def set_aside(self, after: Path | None) -> list[Path]:
+        """Move every checkpoint newer than ``after`` (all of them if None) into
+        ``checkpoints/diverged/``, where ``--resume`` does not look, and point ``latest`` at
+        ``after`` (or remove it); return the new places. Nothing is deleted."""
+        moved = []
+        aside = self.directory / "diverged"
+        for path in self.checkpoints():
+            if after is None or path.name > after.name:
+                aside.mkdir(exist_ok=True)
+                target = aside / path.name
+                if target.exists():
+                    shutil.rmtree(target)
+                os.rename(path, target)
+                moved.append(target)
+        if after is not None:
+            self.point(after)
+        else:
+            self.pointer.unlink(missing_ok=True)
+        fsync_dir(self.directory)
+        return moved
 
     def checkpoints(self) -> list[Path]:
         """Every ``step-N`` directory, oldest first (complete or not)."""
@@ -589,7 +616,7 @@ class CheckpointManager:
             leftover.unlink(missing_ok=True)
         removed = []
         for path in self.checkpoints()[: -self.keep]:
-            if path != pointed:
+            if path not in (pointed, self.protected):
                 trash = path.with_name(f".{path.name}.trash")
                 os.rename(path, trash)  # disappears at once, then is deleted
                 shutil.rmtree(trash, ignore_errors=True)

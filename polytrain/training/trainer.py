@@ -29,6 +29,7 @@ from polytrain.distributed.watchdog import Watchdog
 from polytrain.errors import (
     CheckpointError,
     ConfigError,
+    DivergedError,
     NonFiniteLossError,
     OutputError,
     PolytrainError,
@@ -48,6 +49,12 @@ from polytrain.plugins.records import EpochRecord, RunInfo, StepRecord, Summary
 from polytrain.plugins.registry import cluster_environments, get_backend, make_plugin_manager
 from polytrain.training.builtin_plugins import JsonlLogger, ProgressBar
 from polytrain.training.curves import CurvesPlot, TensorBoardLogger
+from polytrain.training.health import (
+    DEFAULT_MAX_LOSS_GROWTH,
+    DEFAULT_MAX_SKIPPED,
+    Problem,
+    RunHealth,
+)
 from polytrain.training.inspection import first_nonfinite, inspect_record, parse_steps
 from polytrain.training.pipeline import pipeline_backend
 from polytrain.training.recipe import Recipe
@@ -105,8 +112,11 @@ class Trainer:
         fast: bool | None = None,
         inspect: str | None = None,
         overwrite: bool = False,
+        max_skipped: float = DEFAULT_MAX_SKIPPED,
+        max_loss_growth: float = DEFAULT_MAX_LOSS_GROWTH,
     ) -> None:
         self.recipe = recipe
+        self.health = RunHealth(max_skipped, max_loss_growth)  # checks its limits first
         self.cluster = cluster_info or resolve_cluster(environments=cluster_environments())
         self._run_dir_lock: RunDirLock | None = None
         if self.cluster.rank == 0:  # before any work: rank 0 writes the run's files
@@ -257,7 +267,7 @@ class Trainer:
         SIGINT/SIGTERM stop the run at the next step boundary with a checkpoint saved
         (when there is an output directory); the summary then says ``interrupted``."""
         if self.backend.world_size > 1:
-            self.watchdog = Watchdog(self.timeout).start()
+            self.watchdog = Watchdog(self.timeout, rank=self.backend.rank).start()
         try:
             with self._stop_on_signals():
                 return self._fit()
@@ -320,6 +330,11 @@ class Trainer:
                 self.partial = EpochProgress()
                 self.save_checkpoint()
                 hook.polytrain_epoch_end(run=run, epoch=record)
+            if stop_reason == "completed" and (problem := self.health.skipped_problem()):
+                raise DivergedError(
+                    f"The run ended, but {problem.reason}. Use --precision bf16 or fp32, or lower "
+                    f"--lr. Skipped steps change no weights: the checkpoints are kept."
+                )
         except BaseException as exc:
             stop_reason = f"failed: {type(exc).__name__}"
             raise
@@ -352,10 +367,14 @@ class Trainer:
                 )
                 outputs = self._layer_outputs(x) if inspecting else []
                 self.optimizer.set_lr(r.lr_at(self.global_step))  # backends apply changes only
-                result = self.runner.train_step(x, y, global_count=sizes[step])
+                result = self.runner.train_step(
+                    x, y, global_count=sizes[step], stop_signal=self._stop_signal or 0
+                )
                 loss = result.loss_sum / result.samples
-                if not np.isfinite(loss) and self.runner.mixed_precision.scaler is None:
-                    self._non_finite(loss, step, x)
+                scaled = self.runner.mixed_precision.scaler is not None
+                problem = self.health.observe(self.global_step + 1, loss, result.skipped, scaled)
+                if problem is not None:
+                    self._unhealthy(problem, loss, step, x, applied=not result.skipped)
                 self._progress(f"epoch {self.epoch + 1} step {step + 1}")
                 p.add(result)
                 self.global_step += 1
@@ -376,7 +395,10 @@ class Trainer:
                         extra=extra,
                     ),
                 )
-                if self._stop_signal is not None:
+                # several processes stop at the step they agreed on (a peer would hang)
+                stop = result.stop_signal if b.world_size > 1 else self._stop_signal
+                if stop:
+                    self._stop_signal = stop
                     p.seconds += time.perf_counter() - t0
                     self.save_checkpoint()
                     return None
@@ -397,9 +419,18 @@ class Trainer:
             steps=p.step,
         )
 
-    def _non_finite(self, loss: float, step: int, x: np.ndarray) -> None:
-        """Stop with the step and the first layer whose output is non-finite on this batch
-        (the weights were not updated by it); the last good checkpoint is kept."""
+    def _unhealthy(
+        self, problem: Problem, loss: float, step: int, x: np.ndarray, *, applied: bool
+    ) -> None:
+        """Stop with the step, the reason and the last good checkpoint (see
+        :mod:`polytrain.training.health`); checkpoints after it are set aside."""
+        at = f"at epoch {self.epoch + 1}, step {step + 1} (global step {self.global_step + 1})"
+        kept = self._keep_last_good()
+        if not problem.non_finite:
+            raise DivergedError(
+                f"Training stopped {at}: {problem.reason}. Lower --lr or check the data; the "
+                f"thresholds are --max-loss-growth and --max-skipped. {kept}"
+            )
         try:
             layer = first_nonfinite(self._layer_outputs(x))
         except PolytrainError:  # a backend without per-layer outputs
@@ -409,13 +440,29 @@ class Trainer:
             if layer
             else "Every layer's output is finite on this batch: the loss itself overflowed."
         )
-        kept = (
-            f" The last good checkpoint is {self.last_checkpoint}." if self.last_checkpoint else ""
+        update = (
+            "its gradients were finite: the update was applied"
+            if applied
+            else ("the update was not applied")
         )
         raise NonFiniteLossError(
-            f"The loss became {loss} at epoch {self.epoch + 1}, step {step + 1} (global step "
-            f"{self.global_step + 1}); the update was not applied. {where} Lower --lr, add "
-            f"--weight-decay, or check the data.{kept}"
+            f"The loss became {loss} {at}; {update}. {where} Lower --lr, add --weight-decay, "
+            f"or check the data. {kept}"
+        )
+
+    def _keep_last_good(self) -> str:
+        """Point ``latest`` at the last good checkpoint and set newer ones aside; say so."""
+        good = self.health.good_checkpoint
+        self.last_checkpoint = good
+        if self.checkpoints is None:
+            return "Nothing was saved (no --out)."
+        moved = self.checkpoints.set_aside(good)
+        aside = f" (later ones moved to {moved[0].parent})" if moved else ""
+        if good is None:
+            return f"No checkpoint was taken before it went wrong{aside}: start again."
+        return (
+            f"The last good checkpoint is {good}, taken before it went wrong{aside}: "
+            f"polytrain train --resume {self.out_dir}"
         )
 
     def _layer_outputs(self, x: np.ndarray) -> list[tuple[str, np.ndarray]]:
@@ -431,6 +478,7 @@ class Trainer:
         if self.checkpoints is None:
             return None
         b = self.backend
+        self.checkpoints.protected = self.health.good_checkpoint
         self.last_checkpoint = self.checkpoints.save(
             params=b.get_params(self.model),
             optimizer_state=self.optimizer.state_dict(),
@@ -449,11 +497,13 @@ class Trainer:
             history=[e.to_dict() for e in self.history],
             extra={
                 "partial_epoch": asdict(self.partial),
+                "health": self.health.state_dict(),
                 "world_size": b.world_size,
                 "devices": [b.device_name(d) for d in self.devices],
             },
             param_dtype=self.model.dtype,
         )
+        self.health.saved(self.global_step, self.last_checkpoint)
         return self.last_checkpoint
 
     def restore(self, checkpoint: Checkpoint) -> None:
@@ -481,7 +531,13 @@ class Trainer:
                 f"{checkpoint.path}: the training position or history in its manifest is "
                 f"malformed ({exc}); use an earlier checkpoint."
             ) from exc
+        self.health.load_state_dict(extra.get("health"))
         self.last_checkpoint = checkpoint.path
+        ours = self.checkpoints is not None and (
+            checkpoint.path.resolve().parent == self.checkpoints.directory.resolve()
+        )
+        if ours:  # the one the user resumes from counts as good
+            self.health.good_checkpoint = checkpoint.path.resolve()
 
     def evaluate(self, dataset: ArrayDataset, batch_size: int = 1000) -> float:
         """Accuracy over every sample of ``dataset``: each process takes a contiguous
