@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from polytrain.backend.native_format import LayoutRules, NativeFormat, PathLike
+from polytrain.backend.native_format import CompanionRoles, LayoutRules, NativeFormat, PathLike
 from polytrain.backend.optimizer_file import OptimizerFile
 from polytrain.errors import CheckpointError
 
@@ -35,7 +35,8 @@ MX_FLAGS = {np.dtype(v).newbyteorder("="): k for k, v in MX_DTYPES.items()}
 class MXNetFormat(NativeFormat):
     """``.params`` files: BatchNorm weight / bias are ``gamma`` / ``beta``; Dense is
     [out, in] like the canonical layout; Module checkpoints' ``arg:``/``aux:`` prefixes
-    are removed when read."""
+    are removed when read; an ``export()``'s tensors are named by their role in the
+    ``-symbol.json`` beside them."""
 
     name = "mxnet"
     label = "MXNet .params"
@@ -51,6 +52,14 @@ class MXNetFormat(NativeFormat):
 
     def read(self, path: PathLike) -> dict[str, np.ndarray]:
         return _read(path)
+
+    def companion_roles(self, path: PathLike) -> CompanionRoles | None:
+        """For Gluon ``export()``'s ``model-0000.params``: the roles the ops of
+        ``model-symbol.json`` give its tensors (see ``_symbol``); for an export without it,
+        a note saying what could not be done; None for a ``save_parameters`` file."""
+        from ._symbol import symbol_roles
+
+        return symbol_roles(Path(path), list(_read_named(path)))
 
     def encode(self, tensors: Mapping[str, np.ndarray]) -> bytes:
         return _encode(tensors)
@@ -137,9 +146,8 @@ def _mx_array(r: _Reader) -> np.ndarray | None:
     return out
 
 
-def _read(path: PathLike) -> dict[str, np.ndarray]:
-    """Named arrays of an ``mx.nd.save`` / ``save_parameters`` file; Module checkpoints'
-    ``arg:``/``aux:`` prefixes are removed."""
+def _read_named(path: PathLike) -> dict[str, np.ndarray]:
+    """Named arrays of an ``mx.nd.save`` file, names as stored."""
     source = os.fspath(path)
     try:
         data = Path(source).read_bytes()
@@ -171,6 +179,15 @@ def _read(path: PathLike) -> dict[str, np.ndarray]:
     for name, array in zip(names, arrays, strict=True):
         if array is None:
             raise CheckpointError(f"{source}: parameter {name!r} has no data.")
+        out[name] = array
+    return out
+
+
+def _read(path: PathLike) -> dict[str, np.ndarray]:
+    """Named arrays of an ``mx.nd.save`` / ``save_parameters`` file; Module checkpoints'
+    and ``export()``'s ``arg:``/``aux:`` prefixes are removed."""
+    out = {}
+    for name, array in _read_named(path).items():
         for prefix in _MODULE_PREFIXES:
             name = name.removeprefix(prefix)
         out[name] = array

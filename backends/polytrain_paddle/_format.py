@@ -6,6 +6,9 @@ into slices listed in ``UnpackBigParamInfor@@``. Read with
 :mod:`polytrain.utils.safe_pickle` (never running code from the file); written as
 ``pickle.dumps(dict, protocol=4)``, which is byte for byte what ``paddle.save`` writes
 for the same arrays.
+
+``paddle.jit.save``'s ``.pdiparams`` (unnamed tensors, named by the program beside it)
+is read too, see ``_pdiparams``; it is never written.
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from polytrain.backend.native_format import LayoutRules, NativeFormat, PathLike
+from polytrain.backend.native_format import CompanionRoles, LayoutRules, NativeFormat, PathLike
 from polytrain.backend.optimizer_file import OptimizerFile
 from polytrain.errors import CheckpointError
 from polytrain.utils import safe_pickle
 
 from ._optimizer_state import refuse_optimizer_state
+from ._pdiparams import looks_like_pdiparams, pdiparams_roles, read_pdiparams
 
 NAME_TABLE = "StructuredToParameterName@@"
 SLICES = "UnpackBigParamInfor@@"
@@ -57,7 +61,7 @@ class PaddleFormat(NativeFormat):
     name = "paddle"
     label = "Paddle .pdparams"
     suffix = ".pdparams"
-    signature = "a Paddle pickle (80 ..)"
+    signature = "a Paddle pickle (80 ..) or a paddle.jit.save .pdiparams (00 00 00 00 ..)"
     order = 20
     layout = LayoutRules(
         renames={"BatchNorm2d": {"running_mean": "_mean", "running_var": "_variance"}},
@@ -66,10 +70,17 @@ class PaddleFormat(NativeFormat):
     )
 
     def sniff(self, head: bytes, path: PathLike) -> bool:
-        return head[:1] == b"\x80"
+        return head[:1] == b"\x80" or looks_like_pdiparams(head, path)
 
     def read(self, path: PathLike) -> dict[str, np.ndarray]:
+        if _is_pdiparams(path):
+            return read_pdiparams(path)
         return _read(path)
+
+    def companion_roles(self, path: PathLike) -> CompanionRoles | None:
+        """For a ``paddle.jit.save`` ``.pdiparams``: the roles the ops of its program give
+        (see ``_program``); None for a ``paddle.save`` pickle."""
+        return pdiparams_roles(path) if _is_pdiparams(path) else None
 
     def encode(self, tensors: Mapping[str, np.ndarray]) -> bytes:
         return _encode(tensors)
@@ -83,7 +94,8 @@ class PaddleFormat(NativeFormat):
         return read_pdopt(path, weights, settings)
 
     layer_evidence = (
-        "its name table (where only a name Paddle generated, like linear_0.w_0, counts)"
+        "its name table (where only a name Paddle generated, like linear_0.w_0, counts), "
+        "or for a paddle.jit.save .pdiparams the ops of its program"
     )
 
     def layer_kinds(self, path: PathLike) -> dict[str, str] | None:
@@ -95,6 +107,16 @@ class PaddleFormat(NativeFormat):
         if not table:
             return None
         return {s: kind for s, p in table.items() if (kind := generated_kind(p)) is not None}
+
+
+def _is_pdiparams(path: PathLike) -> bool:
+    """A ``paddle.jit.save`` parameters file (by content), not a ``paddle.save`` pickle."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(16)
+    except OSError:
+        return False
+    return looks_like_pdiparams(head, path)
 
 
 def generated_kind(param: str) -> str | None:

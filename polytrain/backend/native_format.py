@@ -64,6 +64,27 @@ class LayoutRules:
         return {native: leaf for names in self.renames.values() for leaf, native in names.items()}
 
 
+@dataclass(frozen=True)
+class TensorRole:
+    """What a file beside the weights (a program, a symbol graph) says one tensor is: the
+    input of an op it feeds. ``kind`` None: the ops disagree or say nothing about the
+    layout (the tensor then needs the map if it is 2-D)."""
+
+    kind: str | None  # the layer kind (``Linear``, ``Conv2d``, ``BatchNorm2d``, ...)
+    leaf: str  # its canonical leaf: ``weight``, ``bias``, ``running_mean``, ``running_var``
+    native_leaf: str | None = None  # the end of its native name that names it (``w_1``)
+
+
+@dataclass(frozen=True)
+class CompanionRoles:
+    """The roles of a weights file's tensors, from the file beside it that ``source``
+    names; ``notes`` say what was read and what it could not establish."""
+
+    source: str
+    roles: Mapping[str, TensorRole] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
 class NativeFormat(ABC):
     """One native weights format: recognised by content, read and written with numpy."""
 
@@ -102,6 +123,13 @@ class NativeFormat(ABC):
         the file itself establishes it (a name table the framework generated); a tensor
         left out has no evidence, and a 2-D one then needs the user's map. None when the
         file records nothing. Never from a tensor's name or shape alone."""
+        return None
+
+    def companion_roles(self, path: PathLike) -> CompanionRoles | None:
+        """The role of each tensor (layer kind, canonical leaf) where a file the framework
+        writes beside the weights establishes it (an exported program or symbol graph:
+        the op each tensor feeds); None when there is no such file to read. Takes
+        precedence over :meth:`layer_kinds`; never from a tensor's name or shape alone."""
         return None
 
     def read_optimizer(

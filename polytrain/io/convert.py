@@ -38,7 +38,12 @@ from typing import Any
 import numpy as np
 
 from polytrain.backend.mismatch import compare_shapes, name_list
-from polytrain.backend.native_format import LayoutRules, NativeFormat
+from polytrain.backend.native_format import (
+    CompanionRoles,
+    LayoutRules,
+    NativeFormat,
+    TensorRole,
+)
 from polytrain.errors import CheckpointError, ConfigError, PolytrainError
 from polytrain.io import native as native_io
 from polytrain.io.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
@@ -241,7 +246,9 @@ def _generic_read_map(fmt: str, tensors: Mapping[str, np.ndarray], path: PathLik
     layout = declared.layout
     renames = layout.canonical_leaves()
     transposing = bool(_kinds(declared))
-    evidence = (declared.layer_kinds(path) or {}) if transposing else {}
+    companion = declared.companion_roles(path)
+    roles = companion.roles if companion is not None else {}
+    evidence = (declared.layer_kinds(path) or {}) if transposing and companion is None else {}
     user = user or UserMap({})
     by_native = {_exact_native(name, e, layout): name for name, e in user.exact.items()}
     entries: dict[str, MapEntry] = {}
@@ -258,22 +265,64 @@ def _generic_read_map(fmt: str, tensors: Mapping[str, np.ndarray], path: PathLik
             if found is not None:
                 (rule, name), given = found, UserEntry(kind=found[0].kind)
                 matched.add(rule.key)
-            head, _, leaf = name.rpartition(".")
-            canonical = f"{head}.{renames.get(leaf, leaf)}" if head else renames.get(leaf, leaf)
+            canonical = _role_name(name, roles.get(native), renames)
         if canonical in entries:
             raise ConfigError(
                 f"{path}: {entries[canonical].native!r} and {native!r} would both be "
                 f"{canonical!r}; give one of them another name in the map."
             )
-        kind = given.kind or evidence.get(native)
+        role = roles.get(native)
+        kind = given.kind or (role.kind if role is not None else evidence.get(native))
         transpose = given.transpose
         if transpose is None:
             transpose = _layout(layout, kind, canonical, np.ndim(value), transposing)
         entries[canonical] = MapEntry(native, transpose, given.shape, kind)
     for name, given in user.exact.items():  # named by the map, not in the file: missing
         entries.setdefault(name, MapEntry(_exact_native(name, given, layout), False, given.shape))
+    if companion is not None:
+        notes.extend(_companion_notes(companion, entries))
     _generic_notes(fmt, declared, entries, user, matched, notes)
     return NameMap(fmt, entries, ignore=layout.ignored_suffixes, source=f"the generic {fmt} rules")
+
+
+def _role_name(name: str, role: TensorRole | None, renames: Mapping[str, str]) -> str:
+    """The canonical name of a native tensor named ``name`` (as the map rules left it):
+    its leaf from its role where a companion file gives one (``linear_0.w_0`` fed to a
+    matmul -> ``linear_0.weight``), else the format's leaf renames undone."""
+    native_leaf = role.native_leaf if role is not None else None
+    if role is not None and native_leaf is not None:
+        for sep in (".", "_"):
+            if name.endswith(sep + native_leaf):
+                return f"{name[: -len(native_leaf) - 1]}.{role.leaf}"
+    head, _, leaf = name.rpartition(".")
+    return f"{head}.{renames.get(leaf, leaf)}" if head else renames.get(leaf, leaf)
+
+
+def _companion_notes(companion: CompanionRoles, entries: Mapping[str, MapEntry]) -> list[str]:
+    """What the file beside the weights established: the kinds found, the tensors named
+    by their role, those it says nothing about."""
+    notes = list(companion.notes)
+    roles = companion.roles
+    if not roles:
+        return notes
+    kinds: dict[str, int] = {}
+    for role in roles.values():
+        if role.kind is not None:
+            kinds[role.kind] = kinds.get(role.kind, 0) + 1
+    found = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())) or "none"
+    notes.append(
+        f"layer kinds from {companion.source} (the op each tensor feeds), in tensors: {found}"
+    )
+    renamed = [
+        f"{e.native} -> {name}" for name, e in entries.items()
+        if e.native in roles and name.rpartition(".")[2] != e.native.rpartition(".")[2]
+    ]  # fmt: skip
+    if renamed:
+        notes.append(f"named by their role in {companion.source}: {_names(renamed)}")
+    unknown = [e.native for e in entries.values() if e.native not in roles]
+    if unknown:
+        notes.append(f"no op of {companion.source} establishes: {_names(unknown)}")
+    return notes
 
 
 def _generic_notes(fmt: str, declared: NativeFormat, entries: Mapping[str, MapEntry],
