@@ -48,7 +48,16 @@ KINDS = {
     "batch_norm2d": "BatchNorm2d",
     "batch_norm3d": "BatchNorm3d",
     "layer_norm": "LayerNorm",
+    # paddle.nn.LSTM/GRU/SimpleRNN: weight_ih_l<k> [gates * hidden, in], weight_hh_l<k>
+    # [gates * hidden, hidden], the gates in PyTorch's order (LSTM i, f, g, o; GRU r, z, n)
+    "lstm_cell": "LSTM",
+    "gru_cell": "GRU",
+    "simple_rnn_cell": "RNN",
 }
+# paddle.nn.LSTM/GRU/SimpleRNN list each parameter twice in state_dict(): under the flat
+# name PyTorch uses (``weight_ih_l0``) and under their cell (``0.cell.weight_ih``,
+# ``0.cell_fw.``/``0.cell_bw.`` when bidirectional); the name table maps both to one tensor.
+CELL_ALIAS = re.compile(r"(^|\.)\d+\.cell(_fw|_bw)?\.")
 GENERATED = re.compile(r"(?P<layer>[a-z][a-z0-9_]*?)_\d+\.[wb]_\d+")
 
 
@@ -149,14 +158,32 @@ def _read(path: PathLike) -> dict[str, np.ndarray]:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CheckpointError(f"{source}: corrupt sliced-array table: {exc!r}") from exc
     refuse_optimizer_state(state, source)
+    aliases = _cell_aliases(state.get(NAME_TABLE))
     out = {}
     for key, value in state.items():
-        if isinstance(key, str) and key.endswith("@@"):  # the name table, not a tensor
-            continue
+        if isinstance(key, str) and (key.endswith("@@") or key in aliases):
+            continue  # the name table, not a tensor; a second name of an RNN's tensor
         if not isinstance(value, np.ndarray) or value.dtype.kind not in "fiucb":
             raise CheckpointError(f"{source}: entry {key!r} is not a numeric array.")
         out[str(key)] = value
     return out
+
+
+def _cell_aliases(table: Any) -> set[str]:
+    """The RNN-cell names of tensors the name table also lists under another name (see
+    CELL_ALIAS): the same tensor twice, kept once under the name PyTorch's RNNs use."""
+    if not isinstance(table, dict):
+        return set()
+    by_param: dict[str, list[str]] = {}
+    for structured, param in table.items():
+        by_param.setdefault(str(param), []).append(str(structured))
+    return {
+        name
+        for names in by_param.values()
+        if len(names) > 1 and any(not CELL_ALIAS.search(n) for n in names)
+        for name in names
+        if CELL_ALIAS.search(name)
+    }
 
 
 def _name_table(path: PathLike) -> dict[str, str]:

@@ -26,6 +26,15 @@ from polytrain.utils.fileio import atomic_write_bytes
 PathLike = str | os.PathLike[str]
 
 
+# Layer kinds whose canonical (PyTorch) layout every format is described against; a kind
+# no format transposes or renames is stored as it is (Embedding [num, dim], LSTM/GRU/RNN
+# weight_ih [gates * hidden, in] with the gates in PyTorch's order, ...).
+LAYER_KINDS = (
+    "Linear", "Conv1d", "Conv2d", "Conv3d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
+    "LayerNorm", "Embedding", "LSTM", "GRU", "RNN",
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class LayoutRules:
     """How a format names and lays out the canonical (PyTorch) tensors of each layer kind

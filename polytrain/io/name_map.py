@@ -32,10 +32,9 @@ from typing import Any
 import numpy as np
 
 from polytrain.backend.mismatch import compare_names, compare_shapes, name_list
-from polytrain.backend.native_format import PathLike
+from polytrain.backend.native_format import LAYER_KINDS, PathLike
 from polytrain.errors import ConfigError
 from polytrain.io import native as native_io
-from polytrain.neutral.models import LAYER_TYPES
 
 LIST_MAX = 6
 REGEX = "re:"
@@ -276,9 +275,9 @@ def _entry(value: Any) -> UserEntry:
 
 
 def known_kinds() -> list[str]:
-    """The layer kinds a map may name: those of the neutral models and of the formats'
-    layout rules."""
-    kinds = {k for k, t in LAYER_TYPES.items() if k in ("Linear", "Conv2d", "BatchNorm2d")}
+    """The layer kinds a map may name: those every format is described against and those
+    of the formats' layout rules."""
+    kinds = set(LAYER_KINDS)
     for fmt in native_io.formats().values():
         rules = fmt.layout
         kinds |= set(rules.renames) | set(rules.transposed) | set(rules.constants)
