@@ -12,14 +12,16 @@ import argparse
 import contextlib
 import functools
 import gzip
+import io
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
 from polytrain.backend.base import parse_devices
@@ -269,6 +271,100 @@ def test_train_arguments_fuzz(pairs) -> None:  # type: ignore[no-untyped-def]
         get_model_spec(recipe.model)
     except PolytrainError:
         return
+
+
+# Values for a short run: valid ones, each flag's edges and beyond, NaN/inf and junk; the
+# counts stay tiny (the run is at most 2 epochs x 2 steps of batch <= 3 on 16 samples).
+RUN_VALUES = {
+    "--epochs": ["0", "1", "2"],
+    "--batch-size": ["-1", "0", "1", "2", "3"],
+    "--accumulate": ["0", "1", "2", "3"],
+    "--lr": ["0", "-1", "0.01", "1e30", "nan", "inf"],
+    "--momentum": ["-0.1", "0", "0.5", "1", "nan"],
+    "--weight-decay": ["-1", "0", "0.1", "inf"],
+    "--warmup-steps": ["-1", "0", "3"],
+    "--seed": ["-1", "0", "7", str(2**32 - 1), str(2**32)],
+    "--optimizer": ["sgd", "momentum", "adagrad", "adam", "nope"],
+    "--precision": ["fp32", "fp64", "bf16", "fp16", "fp8"],
+    "--model": ["mlp", "lenet", "vgg"],
+    "--dataset": ["fashion-mnist", "mnist", "cifar"],
+    "--devices": ["cpu", "cpu:2", "gpu", "tpu"],
+    "--val-split": ["0", "0.5", "1", "nan"],
+    "--train-samples": ["0", "1", "4", "8"],
+    "--test-samples": ["0", "2"],
+    "--max-steps": ["0", "1", "2"],
+    "--threads": ["0", "1", "2", "100000"],
+    "--timeout": ["-1", "0", "5", "1e300", "nan", "inf"],
+    "--checkpoint-every": ["0", "1", "2"],
+    "--keep-checkpoints": ["0", "1", "3"],
+    "--inspect": ["1", "every:1", "every:0", "x"],
+    "--layer-weight-decay": ["fc1=0.1", "fc1=nan", "x"],
+    "--max-skipped": ["0", "0.5", "1", "1.5", "nan"],
+    "--max-loss-growth": ["0.5", "2", "inf", "nan"],
+}
+JUNK = ["", "-0", "1e309", "-inf", "x", "1.5"]
+PROFILE_EXAMPLES = settings.default.max_examples if settings.default else 50
+RUN_EXAMPLES = 8 if PROFILE_EXAMPLES <= 50 else 200  # ~1 s per run that trains
+
+
+@st.composite
+def run_command_line(draw: st.DrawFn) -> list[str]:
+    flags = draw(st.permutations(sorted(RUN_VALUES)))[: draw(st.integers(0, 4))]
+    argv = []
+    for flag in flags:
+        argv += [flag, draw(st.sampled_from(RUN_VALUES[flag]) | st.sampled_from(JUNK))]
+    return argv
+
+
+def restore_environ(saved: dict[str, str]) -> None:
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture(scope="module")
+def tiny_datasets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """16 random train and test samples of each dataset, as raw IDX files."""
+    from polytrain.data.registry import get_dataset
+
+    root = tmp_path_factory.mktemp("tiny-data")
+    rng = np.random.default_rng(0)
+    for name in ("fashion-mnist", "mnist"):
+        (root / name).mkdir()
+        for split in ("train", "test"):
+            files = get_dataset(name).split(split)
+            images = rng.integers(0, 256, (16, 28, 28), dtype=np.uint8)
+            labels = rng.integers(0, 10, 16, dtype=np.uint8)
+            (root / name / files.images.raw_name).write_bytes(encode_idx(images))
+            (root / name / files.labels.raw_name).write_bytes(encode_idx(labels))
+    return root
+
+
+@settings(suppress_health_check=SUPPRESS, max_examples=RUN_EXAMPLES)
+@given(run_command_line())
+@example(["--seed", str(2**32 - 1), "--threads", "1", "--checkpoint-every", "1"])  # trains
+@example(["--seed", "-1"])
+def test_train_command_runs_fuzz(tiny_datasets: Path, extra: list[str]) -> None:
+    """A generated command line either trains (1-2 steps on the numpy backend, metrics
+    written) or stops with exit 2 and one line of polytrain's own: never a traceback."""
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        stack.callback(restore_environ, dict(os.environ))  # the run exports its threads
+        err = stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
+        stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+        argv = ["train", "--backend", "numpy", "--model", "mlp", "--epochs", "1",
+                "--batch-size", "2", "--train-samples", "8", "--test-samples", "4",
+                "--max-steps", "1", "--data-dir", str(tiny_datasets), "--quiet", "--json",
+                "--out", str(Path(tmp) / "run"), *extra]  # fmt: skip
+        try:
+            code: int | str | None = main(argv)
+        except SystemExit as exc:  # argparse's own usage error
+            code = exc.code
+        lines = err.getvalue().strip().splitlines()
+        event("trained" if code == 0 else "refused")
+        if code == 0:
+            assert (Path(tmp) / "run" / "metrics.jsonl").exists()
+        else:
+            assert code == 2, (argv, code, lines)
+            assert lines[-1].startswith("polytrain train: error: "), (argv, lines)
 
 
 @settings(suppress_health_check=SUPPRESS)

@@ -13,7 +13,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from polytrain.cli import arguments as num
 from polytrain.errors import ConfigError, PolytrainError
+from polytrain.training.health import DEFAULT_MAX_LOSS_GROWTH, DEFAULT_MAX_SKIPPED
 from polytrain.training.recipe import Recipe
 
 if TYPE_CHECKING:
@@ -34,12 +36,13 @@ def _console() -> Any:
 
 def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Any:
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=title)
     for col in columns:
         table.add_column(col)
-    for row in rows:
-        table.add_row(*("-" if v is None else str(v) for v in row))
+    for row in rows:  # Text: a cell such as "polytrain[mxnet]" is not read as rich markup
+        table.add_row(*(Text("-" if v is None else str(v)) for v in row))
     return table
 
 
@@ -171,7 +174,12 @@ def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--val-split", type=float, default=0.0, help="fraction held out for validation")
     p.add_argument("--drop-last", action="store_true", help="drop the last smaller batch")
     p.add_argument("--data-dir", default=None, help="directory with the dataset files")
-    p.add_argument("--threads", type=int, default=None, help="intra-op threads per process")
+    p.add_argument(
+        "--threads",
+        type=num.thread_count,
+        default=None,
+        help="intra-op threads per process (1 .. 4 per CPU)",
+    )
     p.add_argument("--grad-norm", action="store_true", help="record the gradient norm per step")
 
 
@@ -262,6 +270,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         tensorboard=args.tensorboard,
         inspect=args.inspect,
         fast=args.fast,
+        overwrite=args.overwrite,
+        max_skipped=args.max_skipped,
+        max_loss_growth=args.max_loss_growth,
     )
     rank = trainer.backend.rank  # fit() leaves the process group, which resets it
     summary = trainer.fit()
@@ -269,6 +280,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         where = (
             f"; checkpoint {summary.checkpoint}"
             if summary.checkpoint
+            else f" (rank {rank}: rank 0 saves)"
+            if rank != 0 and args.out
             else " (no --out: nothing saved)"
         )
         print(f"polytrain train: {summary.stop_reason}{where}", file=sys.stderr)
@@ -316,7 +329,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     else:  # in the plugins' BackendInfo.order
         backends = installed_backends()
-    tol = Tolerances(args.tol_loss, args.parity_steps, args.tol_acc)
+    tol = Tolerances(args.tol_loss, args.parity_steps, args.tol_acc, grad=args.tol_grad)
     reference = args.reference or first_in_order(backends, list(registered_backends()))
     result = compare(
         backends,
@@ -347,12 +360,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if result.recipe["precision"] == "fp64":
         console.print(
             f"[green]OK[/green] (fp64): free runs and lockstep within {tol.step_loss:.0e} of "
-            f"{ref} on each of the first {tol.parity_steps} steps{acc}."
+            f"{ref} on each of the first {tol.parity_steps} steps, lockstep gradients within "
+            f"{tol.grad_for('fp64'):.0e} (relative){acc}."
         )
         return 0
+    grads = f"{tol.grad_for(result.recipe['precision']):.0e}"
     console.print(
         f"[green]OK[/green]: in lockstep every backend is within {tol.step_loss:.0e} of "
-        f"{ref} on each of {tol.parity_steps} steps{acc}. Free runs diverge once float32 "
+        f"{ref} (loss) and {grads} (relative, every parameter's gradient) on each of "
+        f"{tol.parity_steps} steps{acc}. Free runs diverge once float32 "
         "rounding differences are amplified (--precision fp64 keeps them together); see "
         "docs/semantics.md."
     )
@@ -392,6 +408,10 @@ def cmd_launch(args: argparse.Namespace) -> int:
     command = list(args.cmd)
     if command and command[0] == "--":
         command = command[1:]
+    if args.log_dir is not None:
+        from polytrain.io.run_dir import writable_dir
+
+        writable_dir(args.log_dir, "--log-dir")
     spec = LaunchSpec(
         backend=args.backend,
         command=command,
@@ -534,9 +554,11 @@ def cmd_port(args: argparse.Namespace) -> int:
     if args.input_shape:
         try:
             shape = [int(n) for n in args.input_shape.replace("x", ",").split(",") if n]
+            if not shape or min(shape) < 1:
+                raise ValueError
         except ValueError:
             raise ConfigError(
-                f"--input-shape {args.input_shape!r} is not like 1,3,224,224."
+                f"--input-shape {args.input_shape!r} is not like 1,3,224,224 (sizes >= 1)."
             ) from None
     if args.output is None and not args.print_map:
         args.subparser.error("the output file is required (or --print-map)")
@@ -598,19 +620,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument(
         "--timeout",
-        type=float,
+        type=num.seconds,
         default=120.0,
         help="seconds for the rendezvous and for any step of a multi-process run",
     )
     p.add_argument("--resume", default=None, help="continue from a run or checkpoint directory")
-    p.add_argument("--checkpoint-every", type=int, default=None, help="also save every N steps")
-    p.add_argument("--keep-checkpoints", type=int, default=2, help="checkpoints kept in --out")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run already in --out (its metrics and checkpoints)",
+    )
+    p.add_argument(
+        "--checkpoint-every", type=num.positive_int, default=None, help="also save every N steps"
+    )
+    p.add_argument(
+        "--keep-checkpoints", type=num.positive_int, default=2, help="checkpoints kept in --out"
+    )
     p.add_argument("--tensorboard", default=None, help="write TensorBoard event files here")
     p.add_argument(
         "--inspect",
         default=None,
         help="per-layer output/gradient statistics into the metrics file at these global "
         "steps: '1,50,200' or 'every:100'",
+    )
+    p.add_argument(
+        "--max-skipped",
+        type=float,
+        default=DEFAULT_MAX_SKIPPED,
+        help="stop when more than this share of steps was skipped (fp16 overflow)",
+    )
+    p.add_argument(
+        "--max-loss-growth",
+        type=float,
+        default=DEFAULT_MAX_LOSS_GROWTH,
+        help="stop when the loss exceeds its start this many times (inf: never)",
     )
     p.set_defaults(func=cmd_train, subparser=p)
 
@@ -620,14 +663,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs/compare", help="directory for runs and the report")
     p.add_argument("--reference", default=None, help="backend the others are measured against")
     p.add_argument(
-        "--tol-loss", type=float, default=1e-4, help="max lockstep per-step loss difference"
+        "--tol-loss",
+        type=num.positive_float,
+        default=1e-4,
+        help="max lockstep per-step loss difference",
     )
     p.add_argument(
-        "--parity-steps", type=int, default=200, help="lockstep steps (0: skip the lockstep)"
+        "--parity-steps",
+        type=num.positive_int,
+        default=200,
+        help="lockstep steps; also the steps of the free runs compared",
+    )
+    p.add_argument(
+        "--tol-grad",
+        type=num.positive_float,
+        default=None,
+        help="max lockstep gradient difference of any parameter, relative to its norm "
+        "(default: 5e-2 in fp32, 1e-8 in fp64)",
     )
     p.add_argument(
         "--tol-acc",
-        type=float,
+        type=num.non_negative_float,
         default=None,
         help="max final test-accuracy difference of the free runs, in points (default: report)",
     )
@@ -641,14 +697,14 @@ def build_parser() -> argparse.ArgumentParser:
         "-- polytrain train --backend torch --epochs 1",
     )
     p.add_argument("--backend", required=True, help="the backend whose engine starts the processes")
-    p.add_argument("--nproc-per-node", type=int, default=1)
-    p.add_argument("--nnodes", type=int, default=1)
-    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--nproc-per-node", type=num.positive_int, default=1)
+    p.add_argument("--nnodes", type=num.positive_int, default=1)
+    p.add_argument("--node-rank", type=num.non_negative_int, default=0, help="0 .. --nnodes - 1")
     p.add_argument("--master", default="127.0.0.1:29500", help="HOST:PORT of node 0")
     p.add_argument("--log-dir", default=None, help="worker output in LOG_DIR/workerlog.N")
     p.add_argument(
         "--num-servers",
-        type=int,
+        type=num.positive_int,
         default=1,
         help="parameter servers per node, where the engine has them",
     )
@@ -657,7 +713,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--timeout",
-        type=float,
+        type=num.seconds,
         default=300.0,
         help="seconds for the nodes to meet and this node's workers to start",
     )
@@ -747,11 +803,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="pair source layer SRC with target layer TGT (SRC= leaves SRC out); repeatable",
     )
     p.add_argument("--hints", default=None, metavar="JSON", help="hints as {source: target}")
-    p.add_argument("--tolerance", type=float, default=1e-4, help="max |diff| / max |value|")
+    p.add_argument(
+        "--tolerance", type=num.positive_float, default=1e-4, help="max |diff| / max |value|"
+    )
     p.add_argument("--map-out", default=None, metavar="JSON", help="write the derived map")
     p.add_argument("--report", default=None, metavar="JSON", help="write the report as JSON")
     p.add_argument("--print-map", action="store_true", help="print the map; write no weights")
-    p.add_argument("--seed", type=int, default=0, help="of the random input")
+    p.add_argument("--seed", type=num.seed, default=0, help="of the random input")
     p.set_defaults(func=cmd_port, subparser=p)
 
     p = sub.add_parser("env", help="rank, world size and master as this process sees them")
@@ -770,6 +828,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except PolytrainError as exc:
         print(f"polytrain {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # one a user can cause (a path, a full disk) is one line too
+        if exc.filename is None and exc.errno is None:
+            raise
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        print(f"polytrain {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"polytrain {args.command}: interrupted", file=sys.stderr)

@@ -49,7 +49,7 @@ class LaunchSpec:
         host, _, port = self.master.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ConfigError(f"--master must be HOST:PORT, got {self.master!r}.")
-        if self.timeout <= 0:
+        if not 0 < self.timeout < float("inf"):  # NaN and inf too
             raise ConfigError(
                 f"--timeout must be a positive number of seconds, got {self.timeout}."
             )

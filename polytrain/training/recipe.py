@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from polytrain.backend.precision import PRECISIONS
 from polytrain.errors import ConfigError
 from polytrain.neutral.optim import OptimizerConfig
+
+SEED_MAX = 2**32 - 1  # numpy's seed range (np.random.default_rng / RandomState)
 
 
 @dataclass
@@ -63,8 +67,16 @@ class Recipe:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {value!r}.")
         if not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
             raise ConfigError(f"--warmup-steps must be an integer >= 0, got {self.warmup_steps!r}.")
-        if not 0.0 <= self.val_split < 1.0:
-            raise ConfigError(f"--val-split must be in [0, 1), got {self.val_split!r}.")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ConfigError(f"--seed must be an integer, got {self.seed!r}.")
+        if not 0 <= self.seed <= SEED_MAX:
+            raise ConfigError(
+                f"--seed must be in 0..{SEED_MAX} (numpy's seed range), got {self.seed}."
+            )
+        _check_float("lr", self.lr, "> 0", lambda v: v > 0)
+        _check_float("momentum", self.momentum, "in [0, 1)", lambda v: 0 <= v < 1)
+        _check_float("weight_decay", self.weight_decay, ">= 0", lambda v: v >= 0)
+        _check_float("val_split", self.val_split, "in [0, 1)", lambda v: 0 <= v < 1)
         self.optimizer_config()  # validates optimizer name, lr, decay
 
     def lr_at(self, step: int) -> float:
@@ -92,3 +104,14 @@ class Recipe:
         if unknown:
             raise ConfigError(f"Unknown recipe fields: {', '.join(unknown)}.")
         return cls(**data)
+
+
+def _check_float(name: str, value: object, span: str, ok: Callable[[float], bool]) -> None:
+    """One line naming the flag unless ``value`` is a finite number that passes ``ok``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (math.isfinite(value) and ok(value))
+    ):
+        flag = "--" + name.replace("_", "-")
+        raise ConfigError(f"{flag} must be a finite number {span}, got {value!r}.")

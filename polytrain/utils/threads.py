@@ -24,6 +24,14 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+THREADS_PER_CPU = 4  # --threads 100000 segfaulted PyTorch; a few per CPU is plenty
+
+
+def max_threads() -> int:
+    """The most threads per process polytrain accepts: 4 per CPU of the machine."""
+    return (os.cpu_count() or 1) * THREADS_PER_CPU
+
+
 def resolve_threads(
     requested: int | None = None, local_processes: int = 1, reserve: int = 0
 ) -> int:
@@ -39,8 +47,11 @@ def resolve_threads(
                 raise ConfigError(f"Thread count must be an integer, got {text!r}.") from None
     if requested is None:
         return max(1, cpu_count() // max(1, local_processes) - reserve)
-    if requested < 1:
-        raise ConfigError(f"Thread count must be >= 1, got {requested}.")
+    if not 1 <= requested <= max_threads():
+        raise ConfigError(
+            f"Thread count must be in 1..{max_threads()} ({THREADS_PER_CPU} per CPU; far more "
+            f"crashes PyTorch's thread pool), got {requested}."
+        )
     return requested
 
 
