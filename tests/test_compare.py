@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from polytrain.cli.main import main
 from polytrain.parity.compare import BackendRun, Tolerances, compare_runs, diff_pair
+from polytrain.parity.lockstep import LockstepResult, grad_differences
 from polytrain.testing import backends_under_test
 from polytrain.training.recipe import Recipe
 
@@ -78,3 +81,60 @@ def test_divergence_step_and_accuracy_tolerance() -> None:
     assert ok.ok
     strict = compare_runs([a, b], Recipe(), Tolerances(test_accuracy_points=0.2))
     assert strict.failures == ["a vs b: final test accuracy differs by 0.50 points (tolerance 0.2)"]
+
+
+def test_a_perturbed_gradient_fails_compare(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The numpy backend's convolution weight gradients scaled by 1.45 (the 45 % of the
+    issue): every lockstep loss is still equal (a step's loss comes before its gradient),
+    but compare exits 1 with a line naming the parameter and the step. Unperturbed, the
+    same lockstep passes (``test_compare_writes_json_and_png``)."""
+    names = backends_under_test()
+    others = [n for n in names if n != "numpy"]
+    if "numpy" not in names or not others:
+        pytest.skip("needs the numpy backend and one other")
+    from polytrain_numpy import _kernels
+
+    real = _kernels.conv2d_backward
+
+    def scaled(*args: Any, **kwargs: Any) -> Any:
+        gx, gw, gb = real(*args, **kwargs)
+        return gx, gw * 1.45, gb
+
+    monkeypatch.setattr(_kernels, "conv2d_backward", scaled)  # lockstep runs in this process
+    args = ["compare", "--backends", f"{others[0]},numpy", *SLICE, "--max-steps", "2",
+            "--parity-steps", "2", "--out", str(tmp_path), "--quiet"]  # fmt: skip
+    assert main(args) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"FAIL lockstep numpy vs {others[0]}: the gradient of conv" in out
+    assert re.search(
+        r"weight differs by 4\.\d+e-01 at step [12] \(relative, L2; tolerance 5e-02", out
+    )
+    data = json.loads((tmp_path / "comparison.json").read_text())
+    assert data["lockstep"]["worst"]["numpy"]["loss"] < 1e-5
+    assert data["lockstep"]["worst"]["numpy"]["grad"] > 0.4
+
+
+def test_grad_differences_are_relative_with_a_floor() -> None:
+    ref = {"w": np.array([3.0, 4.0]), "b": np.array([1e-9, 0.0])}
+    same = grad_differences({"w": ref["w"] * (1 + 1e-7), "b": np.array([2e-9, 0.0])}, ref)
+    assert same["w"] == pytest.approx(1e-7) and same["b"] == pytest.approx(2e-8)  # 1 % of 5
+    off = grad_differences({"w": ref["w"] * 1.45, "b": np.array([np.nan, 0.0])}, ref)
+    assert off["w"] == pytest.approx(0.45) and off["b"] == float("inf")
+    assert grad_differences({"w": ref["w"]}, ref)["b"] == float("inf")  # no gradient
+
+
+def test_lockstep_gradient_tolerance_fails_by_name_and_step() -> None:
+    a, b = run("a", [1.0, 0.9], 0.8), run("b", [1.0, 0.9], 0.8)
+    lock = LockstepResult("a", 2, loss_diff={"b": [0.0, 0.0]}, grad_norm_rel_diff={"b": [0, 0]},
+                          param_diff={"b": [0.0, 0.0]}, grad_diff={"b": [1e-6, 0.2]},
+                          grad_diff_param={"b": ["fc.bias", "conv1.weight"]})  # fmt: skip
+    result = compare_runs([a, b], Recipe(), Tolerances(), lockstep_result=lock)
+    assert result.failures == [
+        "lockstep b vs a: the gradient of conv1.weight differs by 2.00e-01 at step 2 "
+        "(relative, L2; tolerance 5e-02, --tol-grad)"
+    ]
+    assert compare_runs([a, b], Recipe(), Tolerances(grad=0.3), lockstep_result=lock).ok
+    fp64 = Recipe(precision="fp64")
+    assert not compare_runs([a, b], fp64, Tolerances(), lockstep_result=lock).ok

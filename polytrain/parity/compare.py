@@ -9,14 +9,16 @@ Two checks:
   diverge: float32 rounding differs by ~1e-7 between frameworks' kernels and SGD
   amplifies it (see :mod:`polytrain.parity.lockstep`), so final metrics agree statistically.
 * **lockstep** (:mod:`polytrain.parity.lockstep`): every step from the reference backend's exact
-  state on every backend; the per-step loss difference must stay within ``step_loss``.
-  This is the check that the math is the same.
+  state on every backend; the per-step loss difference must stay within ``step_loss`` and
+  every parameter's gradient within ``grad`` (relative). This is the check that the math
+  is the same.
 
 With ``--precision fp64`` (the parity mode) the frameworks' rounding differences are
 ~1e-16 and free runs no longer diverge, so there the free runs themselves are held to
 ``step_loss`` over the first ``parity_steps`` steps, as the lockstep is.
 
-The harness exits non-zero when a run fails, a lockstep step breaks ``step_loss``, a free
+The harness exits non-zero when a run fails, a lockstep step breaks ``step_loss`` or a
+parameter's gradient breaks ``grad`` (the report names the parameter and the step), a free
 run breaks it under fp64, or (when ``test_accuracy_points`` is set) the final test
 accuracies of the free runs differ by more than that.
 """
@@ -34,16 +36,18 @@ from typing import Any
 import numpy as np
 
 from polytrain.errors import ConfigError, PolytrainError
+from polytrain.io.run_dir import METRICS_FILE, lock_run_dir, run_contents, writable_dir
 from polytrain.parity.lockstep import LockstepResult, lockstep
 from polytrain.parity.results import BackendRun, Comparison, PairDiff, Tolerances
 from polytrain.training.builtin_plugins import read_metrics
 from polytrain.training.recipe import Recipe
-from polytrain.training.trainer import METRICS_FILE, load_datasets
+from polytrain.training.trainer import load_datasets
 
 
 def train_command(backend: str, recipe: Recipe, out_dir: Path, threads: int | None) -> list[str]:
     """The ``python -m polytrain train`` command line of one backend's run."""
     cmd = [sys.executable, "-m", "polytrain", "train", "--backend", backend, "--out", str(out_dir)]
+    cmd.append("--overwrite")  # compare owns out/<backend>: each comparison replaces its runs
     defaults = Recipe()
     for key, value in recipe.to_dict().items():
         if value == getattr(defaults, key) or value is None:
@@ -154,6 +158,17 @@ def compare_runs(
                     f"the same state differs by {worst:.2e} at step {int(np.argmax(diffs)) + 1} "
                     f"(tolerance {tol.step_loss:.0e})"
                 )
+        grad_tol = tol.grad_for(recipe.precision)
+        for name in lockstep_result.grad_diff:
+            if not lockstep_result.grad_diff[name]:
+                continue
+            step, param, diff = lockstep_result.worst_grad_step(name)
+            if not diff <= grad_tol:  # NaN fails too
+                failures.append(
+                    f"lockstep {name} vs {lockstep_result.reference}: the gradient of {param} "
+                    f"differs by {diff:.2e} at step {step} (relative, L2; "
+                    f"tolerance {grad_tol:.0e}, --tol-grad)"
+                )
     for p in pairs:
         if recipe.precision == "fp64" and p.max_step_loss_diff > tol.step_loss:
             failures.append(
@@ -185,8 +200,6 @@ def compare(
     """Run ``recipe`` on each backend (one subprocess each, one after another), then
     ``lockstep_steps`` lockstep steps, and compare; writes ``comparison.json`` and
     ``comparison.png`` into ``out_dir``."""
-    from polytrain.parity.report import write_json, write_plot
-
     if len(backends) < 1:
         raise ConfigError("Name at least one backend to compare, e.g. --backends torch,paddle.")
     if len(set(backends)) != len(backends):
@@ -196,7 +209,31 @@ def compare(
     reference = reference or backends[0]
     backends = [reference] + [b for b in backends if b != reference]
     tol = tolerances or Tolerances()
-    out = Path(out_dir)
+    out = writable_dir(out_dir, "--out")
+    if run_contents(out):
+        raise ConfigError(
+            f"--out {out} holds a training run ({', '.join(run_contents(out))}); compare "
+            "writes one run per backend into its own folder: choose another --out."
+        )
+    held = lock_run_dir(out)
+    try:
+        return _compare(backends, recipe, out, tol, threads, reference, quiet, lockstep_steps)
+    finally:
+        held.release()
+
+
+def _compare(
+    backends: list[str],
+    recipe: Recipe,
+    out: Path,
+    tol: Tolerances,
+    threads: int | None,
+    reference: str,
+    quiet: bool,
+    lockstep_steps: int,
+) -> Comparison:
+    from polytrain.parity.report import write_json, write_plot
+
     runs = []
     for name in backends:
         if not quiet:

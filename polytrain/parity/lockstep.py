@@ -6,7 +6,14 @@ difference (torch against itself with weights perturbed by 1e-7 reaches 0.4 loss
 difference within 60 steps at lr 0.1). So "the same math" is checked here one step at a
 time: before every step each backend loads the reference backend's exact state
 (canonical parameters and optimizer slots), takes the step on the same batch, and its
-loss, gradient norm and updated parameters are compared with the reference's.
+loss, every parameter's gradient, the gradient norm and the updated parameters are
+compared with the reference's.
+
+A parameter's gradient difference is relative (:func:`grad_differences`): the L2 norm of
+the difference over the norm of the reference's gradient, or over 1 % of the whole
+model's gradient norm where that is larger (a bias just before a BatchNorm has a gradient
+of ~0 that is all rounding). Norms, not the largest entry: in float32 single entries of
+the layers before a BatchNorm differ by several percent (docs/semantics.md).
 """
 
 from __future__ import annotations
@@ -35,11 +42,14 @@ class LockstepResult:
     grad_norm_rel_diff: dict[str, list[float]] = field(default_factory=dict)
     param_diff: dict[str, list[float]] = field(default_factory=dict)
     eval_logit_diff: dict[str, float] = field(default_factory=dict)
+    grad_diff: dict[str, list[float]] = field(default_factory=dict)  # per step: the worst
+    grad_diff_param: dict[str, list[str]] = field(default_factory=dict)  # ... and its parameter
 
     def worst(self, backend: str) -> dict[str, float]:
         return {
             "loss": max(self.loss_diff[backend], default=0.0),
             "grad_norm_rel": max(self.grad_norm_rel_diff[backend], default=0.0),
+            "grad": max(self.grad_diff.get(backend, []), default=0.0),
             "params": max(self.param_diff[backend], default=0.0),
             "eval_logits": self.eval_logit_diff.get(backend, 0.0),
         }
@@ -52,7 +62,48 @@ class LockstepResult:
             "loss_diff": self.loss_diff,
             "grad_norm_rel_diff": self.grad_norm_rel_diff,
             "param_diff": self.param_diff,
+            "grad_diff": self.grad_diff,
+            "grad_diff_param": self.grad_diff_param,
         }
+
+    def worst_grad_step(self, backend: str) -> tuple[int, str, float]:
+        """(1-based step, parameter, relative difference) of the largest gradient difference."""
+        diffs = self.grad_diff[backend]
+        i = int(np.argmax(diffs))
+        return i + 1, self.grad_diff_param[backend][i], diffs[i]
+
+
+#: A parameter whose gradient norm is below this share of the model's counts as ~0.
+GRAD_FLOOR = 1e-2
+
+
+def grad_differences(got: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> dict[str, float]:
+    """Per parameter of ``ref``: ||got - ref|| / max(||ref||, GRAD_FLOOR * the norm of the
+    whole model's ``ref`` gradient) (L2 norms); ``inf`` without a gradient or for NaN."""
+    norms = {k: float(np.linalg.norm(v.astype(np.float64))) for k, v in ref.items()}
+    total = float(np.sqrt(sum(n * n for n in norms.values())))
+    floor = max(GRAD_FLOOR * total, float(np.finfo(np.float64).tiny))
+    out = {}
+    for k, v in ref.items():
+        g = got.get(k)
+        if g is None or g.shape != v.shape:
+            out[k] = float("inf")
+            continue
+        diff = float(np.linalg.norm(g.astype(np.float64) - v.astype(np.float64)))
+        rel = diff / max(norms[k], floor)
+        out[k] = rel if np.isfinite(rel) else float("inf")  # NaN would compare as in range
+    return out
+
+
+@dataclass
+class StepOutcome:
+    """What one backend's step from a given state produced (numpy, canonical names)."""
+
+    loss: float
+    grad_norm: float
+    params: dict[str, np.ndarray]
+    optimizer_state: dict[str, Any]
+    grads: dict[str, np.ndarray]
 
 
 class _Runner:
@@ -78,19 +129,21 @@ class _Runner:
     def step_from(
         self, params: dict[str, np.ndarray], opt_state: dict[str, Any] | None, x: np.ndarray,
         y: np.ndarray, lr: float,
-    ) -> tuple[float, float, dict[str, np.ndarray], dict[str, Any]]:  # fmt: skip
+    ) -> StepOutcome:  # fmt: skip
         b = self.backend
         b.set_params(self.model, params)
         if opt_state is not None:
             self.optimizer.load_state_dict(opt_state)
         self.optimizer.set_lr(lr)
         result = self.runner.train_step(x, y)
-        grad_norm = b.grad_norm(self.model)
-        return (
+        grads = b.gradients(self.model)
+        squares = sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads.values())
+        return StepOutcome(
             result.loss_sum / result.samples,
-            grad_norm,
+            float(np.sqrt(squares)),
             b.get_params(self.model),
             self.optimizer.state_dict(),
+            grads,
         )
 
 
@@ -112,6 +165,7 @@ def lockstep(
             [],
             [],
         )
+        result.grad_diff[name], result.grad_diff_param[name] = [], []
     loader = BatchLoader(train, recipe.batch_size, seed=recipe.seed, drop_last=recipe.drop_last)
     params = get_model_spec(recipe.model).init_params(recipe.seed)
     opt_state: dict[str, Any] | None = None
@@ -122,13 +176,18 @@ def lockstep(
             lr = recipe.lr_at(done)
             ref = runners[reference].step_from(params, opt_state, x, y, lr)
             for name in backends[1:]:
-                loss, norm, new_params, _ = runners[name].step_from(params, opt_state, x, y, lr)
-                result.loss_diff[name].append(abs(loss - ref[0]))
-                result.grad_norm_rel_diff[name].append(abs(norm - ref[1]) / max(ref[1], 1e-12))
+                got = runners[name].step_from(params, opt_state, x, y, lr)
+                per_param = grad_differences(got.grads, ref.grads)
+                worst = max(per_param, key=per_param.__getitem__)
+                result.grad_diff[name].append(per_param[worst])
+                result.grad_diff_param[name].append(worst)
+                result.loss_diff[name].append(abs(got.loss - ref.loss))
+                norm_diff = abs(got.grad_norm - ref.grad_norm) / max(ref.grad_norm, 1e-12)
+                result.grad_norm_rel_diff[name].append(norm_diff)
                 result.param_diff[name].append(
-                    max(float(np.max(np.abs(new_params[k] - ref[2][k]))) for k in ref[2])
+                    max(float(np.max(np.abs(got.params[k] - ref.params[k]))) for k in ref.params)
                 )
-            params, opt_state = ref[2], ref[3]
+            params, opt_state = ref.params, ref.optimizer_state
             done += 1
             if done >= steps:
                 break

@@ -99,13 +99,18 @@ def lockstep_table(result: Comparison) -> Any:
     if lock is None:
         return None
     t = Table(title=f"lockstep: {lock.steps} steps, each from {lock.reference}'s exact state")
-    for col in ("backend", "max |Δloss|", "max rel. Δ grad norm", "max |Δ updated params|",
+    for col in ("backend", "max |Δloss|", "max rel. Δ grad (parameter, step)",
+                "max rel. Δ grad norm", "max |Δ updated params|",
                 "max |Δ eval logits|"):  # fmt: skip
         t.add_column(col, justify="right")
     for name in lock.loss_diff:
         w = lock.worst(name)
-        t.add_row(name, f"{w['loss']:.2e}", f"{w['grad_norm_rel']:.2e}", f"{w['params']:.2e}",
-                  f"{w['eval_logits']:.2e}")  # fmt: skip
+        grad = "-"
+        if lock.grad_diff.get(name):
+            step, param, diff = lock.worst_grad_step(name)
+            grad = f"{diff:.2e} ({param}, {step})"
+        t.add_row(name, f"{w['loss']:.2e}", grad, f"{w['grad_norm_rel']:.2e}",
+                  f"{w['params']:.2e}", f"{w['eval_logits']:.2e}")  # fmt: skip
     return t
 
 

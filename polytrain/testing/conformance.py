@@ -8,7 +8,12 @@ Use it from a test module::
         backend_name = "mine"
 
 Every test checks the backend against numpy (:mod:`polytrain.neutral.reference`,
-:func:`polytrain.neutral.optim.numpy_step`). Loaded as a pytest plugin (entry point
+:mod:`polytrain.neutral.reference_grad`, :func:`polytrain.neutral.optim.numpy_step`):
+every layer type of the neutral set forward and backward (gradients w.r.t. its input and
+every parameter, :mod:`polytrain.testing.layer_cases`), then whole models, losses,
+optimizers and files. Tests of optional capabilities (float64, per-layer outputs) skip,
+with the reason, on a backend that does not declare them
+(:mod:`polytrain.testing.capabilities`). Loaded as a pytest plugin (entry point
 ``pytest11``), it also fails the run, instead of skipping, when a backend listed in
 ``$POLYTRAIN_REQUIRE_BACKENDS`` is not installed, so CI cannot go green on an
 empty install.
@@ -41,6 +46,8 @@ from polytrain.neutral.models import (
 )
 from polytrain.neutral.optim import OPTIMIZERS, OptimizerConfig, numpy_step
 from polytrain.plugins.registry import get_backend, installed_backends
+from polytrain.testing.capabilities import FP64, LAYER_OUTPUTS, require
+from polytrain.testing.layer_cases import LAYER_CASES, LayerCase, check_layer
 from polytrain.training.step import StepRunner
 
 FORWARD_ATOL = 1e-4
@@ -194,6 +201,17 @@ class BackendConformance:
         for t in tensors:
             np.testing.assert_array_equal(backend.to_numpy(t), np.ones(4, np.float32))
 
+    # -- every layer type: forward, and backward w.r.t. input and parameters ---------------
+
+    @pytest.mark.parametrize("case", LAYER_CASES, ids=[c.id for c in LAYER_CASES])
+    def test_layer_forward_and_backward(self, backend: Backend, case: LayerCase) -> None:
+        check_layer(backend, case, "float32")
+
+    @pytest.mark.parametrize("case", LAYER_CASES, ids=[c.id for c in LAYER_CASES])
+    def test_float64_layer_forward_and_backward(self, backend: Backend, case: LayerCase) -> None:
+        require(backend, FP64)
+        check_layer(backend, case, "float64")
+
     # -- models: layout, forward, loss, gradients ------------------------------------------
 
     @pytest.mark.parametrize("name", ["lenet", "paddle-mnist", "mlp"])
@@ -242,6 +260,7 @@ class BackendConformance:
 
     def test_float64_params_round_trip(self, backend: Backend) -> None:
         """A float64 model keeps float64 values (not representable in float32) exactly."""
+        require(backend, FP64)
         spec = get_model_spec("lenet")
         model = backend.build_model(spec, dtype="float64")
         assert model.dtype == "float64"
@@ -257,6 +276,7 @@ class BackendConformance:
 
     @pytest.mark.parametrize("name", ["lenet", "tiny-resnet"])
     def test_float64_forward_matches_numpy(self, backend: Backend, name: str) -> None:
+        require(backend, FP64)
         spec = tiny_resnet() if name == "tiny-resnet" else get_model_spec(name)
         model = backend.build_model(spec, dtype="float64")
         params = spec.init_params(seed=1)
@@ -270,6 +290,7 @@ class BackendConformance:
     def test_float64_steps_match_numpy(self, backend: Backend, name: str) -> None:
         """fp64 through the StepRunner on two devices: three updates equal numpy's float64
         updates to 1e-12 (float32 agrees to ~1e-7), optimizer slots included."""
+        require(backend, FP64)
         spec = get_model_spec("mlp")
         config = OptimizerConfig(
             name=name, lr=0.1 if name != "adam" else 0.01, weight_decay=0.01, momentum=0.9
@@ -523,6 +544,7 @@ class BackendConformance:
 
     def test_layer_outputs_follow_the_forward(self, backend: Backend) -> None:
         """Per-layer outputs (for --inspect and NaN diagnosis) equal numpy's, by name."""
+        require(backend, LAYER_OUTPUTS)
         spec = get_model_spec("lenet")
         model = backend.build_model(spec)
         params = spec.init_params(seed=2)

@@ -11,6 +11,7 @@ is scaled and a step with inf/nan gradients is skipped.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ class StepResult:
     correct: int
     samples: int
     skipped: bool = False  # fp16: a gradient was inf/nan, so no update (the scale backed off)
+    stop_signal: int = 0  # a stop signal some process received: every process stops here
 
 
 class StepRunner:
@@ -64,10 +66,12 @@ class StepRunner:
         return x.astype(self._input_dtype, copy=False) if x.dtype.kind == "f" else x
 
     def train_step(
-        self, x: np.ndarray, y: np.ndarray, global_count: int | None = None
+        self, x: np.ndarray, y: np.ndarray, global_count: int | None = None, stop_signal: int = 0
     ) -> StepResult:
         """One update from this process's part of a global batch of ``global_count``
-        samples (default: ``len(x)``, a single process)."""
+        samples (default: ``len(x)``, a single process). ``stop_signal`` (a signal this
+        process received, or 0) rides on the step's sum of numbers, so that every process
+        learns it at the same step (SIGTERM wins over SIGINT) and all stop there together."""
         b, model, mp = self.backend, self.model, self.mixed_precision
         x = self._cast(x)
         denominator = global_count or len(x)
@@ -91,16 +95,20 @@ class StepRunner:
         correct = sum(int(b.to_numpy(c)) for c in corrects)
         total = len(x)
         if b.world_size > 1:  # report the global batch, as one process would
-            loss_sum, all_correct, all_total = b.allreduce_numbers([loss_sum, correct, len(x)])
+            asks = [float(stop_signal == signal.SIGTERM), float(stop_signal == signal.SIGINT)]
+            loss_sum, all_correct, all_total, terms, ints = b.allreduce_numbers(
+                [loss_sum, correct, len(x), *asks]
+            )
             correct, total = round(all_correct), round(all_total)
+            stop_signal = signal.SIGTERM if terms else signal.SIGINT if ints else 0
         if not np.isfinite(loss_sum) and mp.scaler is None:
             # no update from a non-finite loss: the weights stay the last good ones, so the
             # trainer can find the first layer that goes non-finite on this very batch
-            return StepResult(loss_sum, correct, total, skipped=True)
+            return StepResult(loss_sum, correct, total, skipped=True, stop_signal=stop_signal)
         skipped = not mp.unscale(model)
         if not skipped:
             self.optimizer.step()
-        return StepResult(loss_sum, correct, total, skipped)
+        return StepResult(loss_sum, correct, total, skipped, stop_signal)
 
     def eval_batch(self, x: np.ndarray, y: np.ndarray) -> tuple[int, int]:
         """(correct, samples) of one evaluation batch, split over the devices."""
