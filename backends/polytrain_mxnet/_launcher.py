@@ -14,10 +14,19 @@ the real rank. When any process of the node fails, the supervisor stops the othe
 ps-lite has no timeouts: a node whose scheduler cannot be reached would wait forever, so
 nodes other than 0 first wait (``--timeout``) until the scheduler's port answers; the
 workers bound every later wait themselves (:mod:`polytrain.distributed.watchdog`).
+
+Signals: SIGTERM/SIGINT go to the workers only; they stop at the step all of them agreed
+on (rank 0 saves) and leave the kvstore, the servers and the scheduler then end, and the
+launcher exits 128 + signal (a second signal, or :data:`STOP_GRACE_SECONDS`, ends every
+process at once). Every process runs in a process group of its own and is killed by the
+kernel if this launcher dies (Linux ``PR_SET_PDEATHSIG``; SIGKILL, since workers cannot
+finish a step once their servers are gone).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import signal
 import socket
@@ -36,7 +45,16 @@ from polytrain.distributed.cluster import (
     parse_port,
 )
 from polytrain.distributed.launcher import Launcher, LaunchSpec
-from polytrain.distributed.supervisor import ending, print_log_tail, python_command
+from polytrain.distributed.supervisor import (
+    STOP_GRACE_SECONDS,
+    after_stall,
+    ending,
+    print_log_tail,
+    python_command,
+    signal_name,
+)
+from polytrain.distributed.watchdog import PROGRESS_DIR_VAR
+from polytrain.distributed.worker_log import die_with_parent, obeyed
 from polytrain.errors import ClusterError
 
 POLL_SECONDS = 0.2
@@ -131,7 +149,10 @@ def _start(
     role: str, index: int, cmd: list[str], env: dict[str, str], log_path: Path | None
 ) -> _Proc:
     log = open(log_path, "ab") if log_path else None  # noqa: SIM115 - closed by the supervisor
-    popen = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT if log else None)
+    popen = subprocess.Popen(
+        cmd, env=env, stdout=log, stderr=subprocess.STDOUT if log else None,
+        start_new_session=True, preexec_fn=die_with_parent,
+    )  # fmt: skip
     return _Proc(role, index, popen, log, log_path.name if log_path else None)
 
 
@@ -197,17 +218,18 @@ def launch_parameter_server(spec: LaunchSpec, base_env: dict[str, str], host: st
             env["POLYTRAIN_RANK"] = str(slot)  # provisional; the kvstore assigns the real rank
             env["POLYTRAIN_LOCAL_RANK"] = str(i)
             env[RANK_FILE_VAR] = str(rank_dir / f"slot{slot}")
+            env[PROGRESS_DIR_VAR] = str(rank_dir)  # the workers' heartbeats
             cmd = python_command(spec.command)
             worker = _start("worker", slot, cmd, env, log(f"workerlog.slot{slot}"))
             worker.rank_file = rank_dir / f"slot{slot}"
             workers.append(worker)
             procs.append(worker)
-        return _wait_stoppable(procs, workers, spec)
+        return _wait_stoppable(procs, workers, spec, rank_dir)
     finally:
         for p in procs:
-            if p.popen.poll() is None:
-                p.popen.kill()
-                p.popen.wait()
+            with contextlib.suppress(ProcessLookupError):  # with anything it started
+                os.killpg(p.popen.pid, signal.SIGKILL)
+            p.popen.wait()
             if p.log:
                 p.log.close()
             if p.role == "worker":
@@ -216,50 +238,91 @@ def launch_parameter_server(spec: LaunchSpec, base_env: dict[str, str], host: st
 
 
 class _Stopped(Exception):
-    """SIGINT or SIGTERM reached the launcher."""
+    """A second SIGINT or SIGTERM reached the launcher."""
 
 
-def _wait_stoppable(procs: list[_Proc], workers: list[_Proc], spec: LaunchSpec) -> int:
-    """:func:`_wait`, but SIGINT/SIGTERM stop every process of the node first."""
+@dataclass
+class _Stop:
+    """The first SIGINT/SIGTERM: passed on to the workers, which stop and save."""
 
-    def stop(signum: int, _frame: object) -> None:
-        raise _Stopped(signum)
+    workers: list[_Proc]
+    signal: int = 0
+    since: float = 0.0
 
-    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    def request(self, signum: int, _frame: object) -> None:
+        if self.signal:
+            raise _Stopped(signum)
+        self.signal, self.since = signum, time.monotonic()
+        for w in self.workers:
+            if w.popen.poll() is None:
+                os.kill(w.popen.pid, signum)
+
+    def overdue(self) -> bool:
+        return bool(self.signal) and time.monotonic() - self.since > STOP_GRACE_SECONDS
+
+    def code(self, failure: int) -> int:
+        """A stop ends with 128 + its signal, whatever happened on the way."""
+        return 128 + self.signal if self.signal else failure
+
+
+def _wait_stoppable(
+    procs: list[_Proc], workers: list[_Proc], spec: LaunchSpec, progress: Path
+) -> int:
+    """:func:`_wait`, with SIGINT/SIGTERM passed on to the workers (:class:`_Stop`)."""
+    stop = _Stop(workers)
+    old = {s: signal.signal(s, stop.request) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return _wait(procs, workers, spec)
+        return _wait(procs, workers, spec, stop, progress)
     except _Stopped as exc:
         _terminate(procs)
-        return 128 + int(exc.args[0])
+        print(f"polytrain launch: stopped by {signal_name(int(exc.args[0]))}, twice: every "
+              "process of this node was ended at once.", file=sys.stderr)  # fmt: skip
+        return 128 + stop.signal
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
 
 
-def _wait(procs: list[_Proc], workers: list[_Proc], spec: LaunchSpec) -> int:
+def _wait(
+    procs: list[_Proc], workers: list[_Proc], spec: LaunchSpec, stop: _Stop, progress: Path
+) -> int:
     while True:
         for w in workers:
             _name_log_by_rank(w, spec)
         for p in procs:
             code = p.popen.poll()
-            if code is not None and code != 0:
-                print(
-                    f"polytrain launch: {p.label} (pid {p.popen.pid}) failed first: "
-                    f"{ending(code)}; "
-                    "stopping the other processes of this node.",
-                    file=sys.stderr,
-                )
-                _terminate(procs)
-                if p.log_name:
-                    print_log_tail(spec.log_dir, p.log_name)
-                return code if code > 0 else 128 - code
-        if all(w.popen.poll() == 0 for w in workers):
+            if code is None or code == 0 or (p.role == "worker" and obeyed(code, stop.signal)):
+                continue
+            rank = p.rank() if p.role == "worker" else None
+            stall = after_stall(progress, time.time(), -1 if rank is None else rank)
+            print(
+                f"polytrain launch: {p.label} (pid {p.popen.pid}) failed first: "
+                f"{ending(code)}{stall}; "
+                "stopping the other processes of this node.",
+                file=sys.stderr,
+            )
+            _terminate(procs)
+            if p.log_name:
+                print_log_tail(spec.log_dir, p.log_name)
+            return stop.code(code if code > 0 else 128 - code)
+        if all(w.popen.poll() is not None for w in workers):
             break
+        if stop.overdue():
+            _terminate(procs)
+            print(f"polytrain launch: stopped by {signal_name(stop.signal)}; the workers did "
+                  f"not end within {STOP_GRACE_SECONDS:.0f} s and were killed.",
+                  file=sys.stderr)  # fmt: skip
+            return stop.code(0)
         time.sleep(POLL_SECONDS)
-    deadline = time.monotonic() + SERVER_EXIT_SECONDS  # servers leave when workers finalize
+    # servers leave when every worker has left the kvstore
+    deadline = time.monotonic() + (TERMINATE_SECONDS if stop.signal else SERVER_EXIT_SECONDS)
     while any(p.popen.poll() is None for p in procs) and time.monotonic() < deadline:
         time.sleep(POLL_SECONDS)
-    return 0
+    if stop.signal:
+        print(f"polytrain launch: stopped by {signal_name(stop.signal)}; {len(workers)} "
+              "worker(s) of this node stopped and exited; ps-lite ended.",
+              file=sys.stderr)  # fmt: skip
+    return stop.code(0)
 
 
 def _name_log_by_rank(worker: _Proc, spec: LaunchSpec) -> None:

@@ -17,10 +17,13 @@ seconds, then the workers bound their own rendezvous and every collective
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 
 from polytrain.distributed.cluster import LAUNCH_WORLD_VAR
 from polytrain.distributed.launcher import Launcher, LaunchSpec
 from polytrain.distributed.network import check_master_port, interface_of, node_address
+from polytrain.distributed.supervisor import python_command
 from polytrain.errors import ConfigError
 from polytrain.utils.threads import cpu_count
 
@@ -37,6 +40,22 @@ def engine_env(spec: LaunchSpec, address: str) -> dict[str, str]:
     return env
 
 
+def check_command(command: list[str], path: str | None) -> None:
+    """The worker command must exist here before any engine starts (else every engine
+    prints its own tracebacks, once per worker)."""
+    cmd = python_command(command)
+    program = cmd[0]
+    if shutil.which(program, path=path) is None:
+        where = "not an executable file" if os.sep in program else "not found on PATH"
+        raise ConfigError(
+            f"The worker command {program!r} cannot be run ({where}). Give a program on "
+            "PATH, a path to one, or a Python script, e.g. -- polytrain train ..."
+        )
+    script = cmd[1] if len(cmd) > 1 and program == sys.executable else None
+    if script is not None and script.endswith(".py") and not os.path.isfile(script):
+        raise ConfigError(f"The worker script {script!r} does not exist (from {os.getcwd()}).")
+
+
 def launch(spec: LaunchSpec, launcher: Launcher) -> int:
     """Run one node's share of the job through ``launcher``; returns the exit code."""
     if launcher.backend != spec.backend:
@@ -46,6 +65,7 @@ def launch(spec: LaunchSpec, launcher: Launcher) -> int:
         )
     if launcher.unsupported:
         raise ConfigError(launcher.unsupported)
+    check_command(spec.command, spec.env.get("PATH", os.environ.get("PATH")))
     check_master_port(spec)
     address = node_address(spec)
     env = {**os.environ, **engine_env(spec, address), **spec.env}

@@ -7,10 +7,18 @@ the command line, built with :func:`worker_command` so that every worker runs in
 must start this node's workers within ``--timeout`` seconds; if a worker dies the engine
 stops the others, the exit code is non-zero, and the worker that failed first is named,
 with the end of its log (:func:`print_log_tail`).
+
+Signals: SIGTERM or SIGINT goes to the workers only (each stops at the step boundary all
+processes agree on and rank 0 saves), the engine's launcher then ends by itself and
+``polytrain launch`` exits 128 + signal; a second signal, or workers still running
+:data:`STOP_GRACE_SECONDS` later, ends the process group at once. The engine's launcher
+gets SIGTERM if ``polytrain launch`` itself dies (even by SIGKILL), and so does each
+worker's wrapper if the engine's launcher dies: nothing outlives the launcher.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -24,10 +32,12 @@ from typing import ClassVar
 
 from polytrain.distributed.launcher import Launcher, LaunchSpec
 from polytrain.distributed.network import probe_master
-from polytrain.distributed.worker_log import read_statuses
+from polytrain.distributed.watchdog import PROGRESS_DIR_VAR, stalled
+from polytrain.distributed.worker_log import STOP_FILE, die_with_parent, obeyed, read_statuses
 from polytrain.errors import ClusterError
 
 GRACE_SECONDS = 5.0
+STOP_GRACE_SECONDS = 60.0  # for workers to finish their step and save after SIGTERM/SIGINT
 POLL_SECONDS = 0.2
 LOG_TAIL_LINES = 8
 WRAPPER = [sys.executable, "-m", "polytrain.distributed.worker_log"]
@@ -74,6 +84,7 @@ class EngineLauncher(Launcher):
     def launch(self, spec: LaunchSpec, env: dict[str, str], address: str) -> int:
         with tempfile.TemporaryDirectory(prefix="polytrain-status-") as status:
             cmd = self.command(spec, Path(status), address)
+            env = {**env, PROGRESS_DIR_VAR: status}  # the workers' heartbeats
             return supervise(cmd, env, spec, self.name, Path(status), self.rank_variable)
 
 
@@ -88,26 +99,29 @@ def supervise(
     """Run an engine's launcher ``name``: forward SIGINT/SIGTERM, bound the start of this
     node's workers (found by ``rank_variable``), name the worker that failed first."""
     workers = _Workers(status_dir, rank_variable)
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
-
-    def forward(signum: int, _frame: object) -> None:
-        os.killpg(proc.pid, signum)
-
-    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_engine_launcher_setup)
+    stop = _Stop(proc, workers)
+    old = {s: signal.signal(s, stop.request) for s in (signal.SIGINT, signal.SIGTERM)}
     workers.launcher_pid = proc.pid
     deadline = time.monotonic() + spec.timeout
     try:
         while proc.poll() is None:
             workers.update()
+            if stop.overdue():
+                break
             if not workers.started(spec.nproc_per_node) and time.monotonic() > deadline:
+                if stop.signal:
+                    break
                 _reap_group(proc)
                 raise ClusterError(_not_started(spec, name))
             time.sleep(POLL_SECONDS)
-        code = proc.returncode
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
         _reap_group(proc)
+    code = proc.returncode
+    if stop.signal:
+        return stop.report(spec, name)
     if code != 0:
         failed = workers.first_failure()
         which = failed[1] if failed else "no worker failure was recorded"
@@ -115,6 +129,56 @@ def supervise(
         if failed:
             print_log_tail(spec.log_dir, f"workerlog.{failed[0]}")
     return code if code >= 0 else 128 - code
+
+
+def _engine_launcher_setup() -> None:  # in the engine's launcher, before exec
+    die_with_parent(signal.SIGTERM)  # it then stops its workers as after a signal
+
+
+class _Stop:
+    """SIGINT/SIGTERM to ``polytrain launch``: the workers stop (and save) first."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], workers: _Workers) -> None:
+        self.proc, self.workers = proc, workers
+        self.signal = 0
+        self.since = 0.0
+
+    def request(self, signum: int, _frame: object) -> None:
+        first = not self.signal
+        self.signal, self.since = signum, self.since or time.monotonic()
+        self.workers.update()
+        if first and self.workers.seen:  # the wrappers pass it on to the workers
+            (self.workers.status_dir / STOP_FILE).write_text(str(signum))
+            targets = list(self.workers.seen)
+            for pid in targets:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signum)
+        else:  # not started yet, or asked twice: the engine's whole group, at once
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL if not first else signum)
+
+    def overdue(self) -> bool:
+        return bool(self.signal) and time.monotonic() - self.since > STOP_GRACE_SECONDS
+
+    def report(self, spec: LaunchSpec, name: str) -> int:
+        """One line on how the stop went; the exit code is 128 + the signal."""
+        sig = self.signal
+        records = read_statuses(self.workers.status_dir)
+        failed = [r for r in records if int(r["code"]) != 0 and not obeyed(int(r["code"]), sig)]
+        how = f"polytrain launch: stopped by {signal_name(sig)}"
+        if failed:
+            rank, code = int(failed[0]["rank"]), int(failed[0]["code"])
+            print(f"{how}; worker rank {rank} did not stop cleanly: {ending(code)}.",
+                  file=sys.stderr)  # fmt: skip
+            print_log_tail(spec.log_dir, f"workerlog.{rank}")
+        elif self.overdue():
+            print(f"{how}; the workers did not end within {STOP_GRACE_SECONDS:.0f} s and "
+                  "were killed.", file=sys.stderr)  # fmt: skip
+        else:
+            ended = len(records)
+            print(f"{how}; {ended} worker(s) of this node stopped and "
+                  f"exited; {name} ended.", file=sys.stderr)  # fmt: skip
+        return 128 + sig
 
 
 def _not_started(spec: LaunchSpec, name: str) -> str:
@@ -152,7 +216,8 @@ class _Workers:
             code = int(record["code"])
             if code != 0:
                 rank, pid = int(record["rank"]), int(record["pid"])
-                return rank, f"worker rank {rank} (pid {pid}) failed first: {ending(code)}"
+                text = f"worker rank {rank} (pid {pid}) failed first: {ending(code)}"
+                return rank, text + after_stall(self.status_dir, record["time"], rank)
         return None
 
     def _has_rank(self, pid: int) -> bool:
@@ -161,6 +226,13 @@ class _Workers:
         except OSError:
             return False
         return any(item.startswith(self.rank_variable + b"=") for item in environ)
+
+
+def after_stall(folder: Path | None, when: float, rank: int) -> str:
+    """``, after rank 1 (pid 7) stopped responding 9 s earlier (...)``: the rank that hung
+    the job, when a rank of this node stopped responding before ``rank`` failed."""
+    culprits = stalled(folder, when, exclude=rank)
+    return "".join(f", after {c.describe(when)}" for c in culprits[:1])
 
 
 def ending(code: int) -> str:

@@ -6,8 +6,14 @@
 
 * its output goes to ``DIR/workerlog.<rank>`` (as Paddle's launcher does) when a log
   directory is given;
-* SIGTERM/SIGINT/SIGHUP are passed on, and the child dies with the wrapper (Linux
-  ``PR_SET_PDEATHSIG``), so the engine's launcher still controls the real worker;
+* SIGTERM/SIGINT/SIGHUP are passed on, once: the child runs in a process group of its
+  own, so the engine's launcher signalling the wrapper's group does not signal it twice
+  (a second SIGTERM would end a worker before it saved). The child dies with the wrapper,
+  and the wrapper gets SIGTERM when the engine's launcher dies (Linux
+  ``PR_SET_PDEATHSIG``), so no worker outlives its launchers;
+* a stop polytrain launch asked for (it writes ``STATUS_DIR/stop`` before signalling) that
+  the child obeyed (it ended by that signal or with 128 + it) makes the wrapper exit 0:
+  the engine's launcher then ends quietly, and ``polytrain launch`` exits 128 + signal;
 * when the child ends, ``STATUS_DIR/rank<R>.json`` records how and when: after a failure
   the launcher names the worker that died *first* (the engines' own reports may name a
   peer that failed a few milliseconds later because its collective broke);
@@ -42,9 +48,34 @@ def rank_from_env(variable: str) -> int:
     return int(value)
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+STOP_FILE = "stop"  # in the status directory: the signal polytrain launch stops with
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Linux: this process gets ``sig`` when its parent ends (``PR_SET_PDEATHSIG``); as a
+    ``preexec_fn`` it applies to the child being started. Elsewhere nothing happens."""
+    if sys.platform != "linux":
+        return
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None).prctl(1, sig)  # PR_SET_PDEATHSIG
+
+
+def _child_setup() -> None:  # runs in the child between fork and exec
+    os.setpgid(0, 0)
+    die_with_parent(signal.SIGKILL)
+
+
+def requested_stop(status_dir: Path | None) -> int:
+    """The signal ``polytrain launch`` asked the workers to stop with (0: none)."""
+    try:
+        return int((status_dir / STOP_FILE).read_text()) if status_dir else 0
+    except (OSError, ValueError):
+        return 0
+
+
+def obeyed(code: int, sig: int) -> bool:
+    """Did a process that was asked to stop with ``sig`` end because of it?"""
+    return sig > 0 and code in (-sig, 128 + sig)
 
 
 def main(argv: list[str]) -> int:
@@ -63,17 +94,22 @@ def main(argv: list[str]) -> int:
     if not cmd or not rank_var:
         sys.exit(USAGE)
     rank = rank_from_env(rank_var)
+    parent = os.getppid()
+    die_with_parent(signal.SIGTERM)  # forwarded below: the worker saves, then ends
+    if os.getppid() != parent:  # the engine's launcher ended before that took effect
+        return 128 + signal.SIGTERM
     output = None
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
         output = open(log_dir / f"workerlog.{rank}", "ab")  # noqa: SIM115 - closed at exit
     child = subprocess.Popen(
         cmd, stdout=output, stderr=subprocess.STDOUT if output else None,
-        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        preexec_fn=_child_setup if sys.platform == "linux" else None,
     )  # fmt: skip
 
     def forward(signum: int, _frame: object) -> None:
         child.send_signal(signum)
+        child.send_signal(signal.SIGCONT)  # a stopped (frozen) worker must see it too
 
     for sig in FORWARDED:
         signal.signal(sig, forward)
@@ -91,6 +127,8 @@ def main(argv: list[str]) -> int:
         tmp.replace(status_dir / f"rank{rank}.json")
     if output is not None:
         output.close()
+    if obeyed(code, requested_stop(status_dir)):
+        return 0  # the stop polytrain launch asked for, not a failure of the job
     if code < 0:  # end the same way, so the engine reports the signal
         for sig in FORWARDED:
             signal.signal(sig, signal.SIG_DFL)
