@@ -28,14 +28,17 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from polytrain.errors import ConfigError, PolytrainError
+from polytrain.distributed.worker_log import die_with_parent
+from polytrain.errors import ConfigError, OutputError, PolytrainError
 from polytrain.io.run_dir import METRICS_FILE, lock_run_dir, run_contents, writable_dir
 from polytrain.parity.lockstep import LockstepResult, lockstep
 from polytrain.parity.results import BackendRun, Comparison, PairDiff, Tolerances
@@ -78,13 +81,41 @@ def run_backend(
     if quiet:
         cmd.append("--quiet")
     env = dict(os.environ)
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=False)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                            preexec_fn=_child_setup(os.getpid()))  # fmt: skip
+    try:
+        proc.wait()
+    except BaseException:  # SIGTERM (the CLI raises it), Ctrl-C: the run saves and stops
+        proc.send_signal(signal.SIGTERM)
+        proc.wait()
+        raise
     if not metrics.exists():
         raise PolytrainError(
             f"The {backend} run wrote no metrics (exit code {proc.returncode}); "
             f"run it alone to see why: {' '.join(cmd)}"
         )
-    return parse_run(backend, read_metrics(metrics), proc.returncode)
+    records = read_metrics(metrics)
+    end = next((r for r in records if r["event"] == "end"), {})
+    if end.get("stop_reason") == "failed: OSError":  # a full disk, a folder made read-only
+        raise OutputError(
+            f"The {backend} run could not write its files (its line above names the path "
+            "and the fix); nothing was compared."
+        )
+    return parse_run(backend, records, proc.returncode)
+
+
+def _child_setup(parent: int) -> Callable[[], None]:
+    """What a backend's run does between fork and exec: a process group of its own (a
+    terminal's Ctrl-C reaches compare, which passes it on once) and SIGTERM when compare
+    dies, however it dies, so it saves and stops instead of running on."""
+
+    def setup() -> None:
+        os.setpgid(0, 0)
+        die_with_parent(signal.SIGTERM)
+        if os.getppid() != parent:  # compare died before the line above took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return setup
 
 
 def parse_run(backend: str, records: list[dict[str, Any]], returncode: int = 0) -> BackendRun:

@@ -69,9 +69,46 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically."""
-    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
-        fh.write(data)
+    """Write ``data`` to ``path`` atomically. On Linux the bytes go to a file without a
+    name (``O_TMPFILE``) that is named only once complete, so a writer killed with SIGKILL
+    leaves no temporary file; elsewhere (or on a filesystem without it) :func:`atomic_path`."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _unnamed_then_named(target, data)
+    if tmp is None:
+        with atomic_path(path) as named, open(named, "wb") as fh:
+            fh.write(data)
+        return
+    try:
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(target.parent)
+
+
+def _unnamed_then_named(target: Path, data: bytes) -> Path | None:
+    """``data`` written and fsynced to an ``O_TMPFILE`` file beside ``target``, then given a
+    temporary name (returned); None where ``O_TMPFILE`` or ``/proc/self/fd`` is missing."""
+    try:
+        fd = os.open(target.parent, os.O_TMPFILE | os.O_WRONLY, 0o666)  # the umask applies
+    except (AttributeError, OSError):
+        return None
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    folder = os.open(target.parent, os.O_RDONLY)
+    try:
+        with open(fd, "wb", closefd=False) as fh:
+            fh.write(data)
+        os.fsync(fd)
+        try:  # a dir fd makes Python call linkat(AT_SYMLINK_FOLLOW), which names the file
+            os.link(f"/proc/self/fd/{fd}", tmp.name, dst_dir_fd=folder, follow_symlinks=True)
+        except OSError:
+            return None
+    finally:
+        os.close(fd)
+        os.close(folder)
+    return tmp
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
