@@ -19,6 +19,7 @@ import fcntl
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -435,9 +436,67 @@ def test_convert_bad_value(tmp_path: Path, lenet_checkpoint: Path) -> None:
     assert not out.exists()
 
 
-# -- launch, and the hung peer ------------------------------------------------------------
-# LEFT TO THE LEAD (issue 19, item 5 and the launch work): the `launch` row (disk full in
-# --log-dir, read-only --log-dir, a second launch on the same --master, SIGTERM, SIGKILL,
-# a bad value) and the hung-peer column (train in a multi-process run, on each engine: the
-# watchdog names the rank with no progress). Add them here as test_launch_<fault> and
-# test_train_hung_peer[<backend>], and their cells to docs/reliability.md.
+# -- launch ---------------------------------------------------------------------------------
+# SIGTERM, SIGKILL, the hung peer (a frozen rank named by the watchdog) and a missing worker
+# command run on every engine in tests/test_launch_signals.py; a bad count (--nproc-per-node
+# 0, --node-rank past --nnodes) in tests/test_flag_ranges.py. The cells below are the rest.
+
+ENGINES = [e for e in FRAMEWORKS if e in backends_under_test()]
+
+
+def listening(port: int) -> bool:
+    with contextlib.closing(socket.socket()) as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+PRINTS = [sys.executable, "-c", "print('x' * 100000)"]  # more than the full disk takes
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_launch_disk_full(engine: str, tmp_path: Path) -> None:
+    with mounted_tmpfs(tmp_path / "small", "size=64k") as small:
+        (small / "fill").write_bytes(b"\0" * 64 * 1024)  # nothing left for the logs
+        proc = polytrain("launch", "--backend", engine, "--nproc-per-node", "2",
+                         "--log-dir", small / "logs", "--", *PRINTS)  # fmt: skip
+        err = finish(proc)
+        assert proc.returncode == 1, err  # the workers failed: the engine's code
+        last = [line for line in err.splitlines() if line.startswith("polytrain launch")][-1]
+        assert f"--log-dir {small / 'logs'} is full (no space left)" in last, err
+        assert err.rstrip().endswith(last)  # the last word (torchrun prints its report before)
+
+
+def test_launch_read_only_log_dir(tmp_path: Path) -> None:
+    with mounted_tmpfs(tmp_path / "ro", "ro,size=64k") as ro:
+        code, err, imported = imported_frameworks(
+            ["launch", "--backend", "torch", "--log-dir", str(ro / "logs"), "--", "true"]
+        )
+    assert code == 2
+    assert f"--log-dir {ro / 'logs'} is not writable (Read-only file system)" in one_line(
+        err, "launch"
+    )
+    assert imported == []  # refused before any engine starts
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_launch_concurrent_run(engine: str, tmp_path: Path) -> None:
+    master = "127.0.0.1:29631"
+    first = polytrain("launch", "--backend", engine, "--master", master, "--", "sleep", "10")
+    try:
+        if engine != "paddle":  # the first job's rendezvous listens (Paddle's: no port)
+            wait_for(lambda: listening(29631), "the first job's rendezvous", timeout=60)
+        time.sleep(1)
+        second = polytrain("launch", "--backend", engine, "--master", master,
+                           "--timeout", "30", "--", "true")  # fmt: skip
+        err = finish(second)
+        if engine == "paddle":  # one node: Paddle picks free ports itself, nothing shared
+            assert second.returncode == 0, err
+        else:
+            assert second.returncode == 2, err
+            assert "Port 29631 is already in use on this host" in one_line(err, "launch")
+        assert first.poll() is None  # the running job was not disturbed
+        finish(first)
+        assert first.returncode == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()

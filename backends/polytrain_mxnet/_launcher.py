@@ -54,7 +54,7 @@ from polytrain.distributed.supervisor import (
     signal_name,
 )
 from polytrain.distributed.watchdog import PROGRESS_DIR_VAR
-from polytrain.distributed.worker_log import die_with_parent, obeyed
+from polytrain.distributed.worker_log import die_with_parent, full_log_dir, obeyed
 from polytrain.errors import ClusterError
 
 POLL_SECONDS = 0.2
@@ -295,9 +295,10 @@ def _wait(
                 continue
             rank = p.rank() if p.role == "worker" else None
             stall = after_stall(progress, time.time(), -1 if rank is None else rank)
+            full = f" ({why})" if (why := full_log_dir(spec.log_dir)) else ""
             print(
                 f"polytrain launch: {p.label} (pid {p.popen.pid}) failed first: "
-                f"{ending(code)}{stall}; "
+                f"{ending(code)}{stall}{full}; "
                 "stopping the other processes of this node.",
                 file=sys.stderr,
             )

@@ -33,7 +33,13 @@ from typing import ClassVar
 from polytrain.distributed.launcher import Launcher, LaunchSpec
 from polytrain.distributed.network import probe_master
 from polytrain.distributed.watchdog import PROGRESS_DIR_VAR, stalled
-from polytrain.distributed.worker_log import STOP_FILE, die_with_parent, obeyed, read_statuses
+from polytrain.distributed.worker_log import (
+    STOP_FILE,
+    die_with_parent,
+    full_log_dir,
+    obeyed,
+    read_statuses,
+)
 from polytrain.errors import ClusterError
 
 GRACE_SECONDS = 5.0
@@ -124,7 +130,11 @@ def supervise(
         return stop.report(spec, name)
     if code != 0:
         failed = workers.first_failure()
-        which = failed[1] if failed else "no worker failure was recorded"
+        which = (
+            failed[1]
+            if failed
+            else (full_log_dir(spec.log_dir) or "no worker failure was recorded")
+        )
         print(f"polytrain launch: {name} exited with code {code}; {which}.", file=sys.stderr)
         if failed:
             print_log_tail(spec.log_dir, f"workerlog.{failed[0]}")
@@ -217,6 +227,8 @@ class _Workers:
             if code != 0:
                 rank, pid = int(record["rank"]), int(record["pid"])
                 text = f"worker rank {rank} (pid {pid}) failed first: {ending(code)}"
+                if record.get("reason"):
+                    text += f" ({record['reason']})"
                 return rank, text + after_stall(self.status_dir, record["time"], rank)
         return None
 

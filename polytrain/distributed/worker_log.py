@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 USAGE = "usage: worker_log --rank-var VAR [--log-dir DIR] [--status-dir DIR] -- CMD [ARGS...]"
@@ -63,6 +64,25 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
 def _child_setup() -> None:  # runs in the child between fork and exec
     os.setpgid(0, 0)
     die_with_parent(signal.SIGKILL)
+
+
+def full_log_dir(log_dir: str | os.PathLike[str] | None) -> str:
+    """Why worker logs may have swallowed a failure: the ``--log-dir`` is full ('' if not)."""
+    if log_dir is None:
+        return ""
+    try:
+        free = os.statvfs(log_dir).f_bavail
+    except OSError:
+        return ""
+    if free:
+        return ""
+    return f"--log-dir {log_dir} is full (no space left); free space or choose another --log-dir"
+
+
+def log_trouble(log_dir: Path | None, rank: int) -> str:
+    """Why a failed worker's log may have swallowed its error: its folder is full."""
+    full = full_log_dir(log_dir)
+    return f"its log workerlog.{rank} could not be written: {full}" if full else ""
 
 
 def requested_stop(status_dir: Path | None) -> int:
@@ -120,8 +140,15 @@ def main(argv: list[str]) -> int:
         except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
             continue
     ended = time.time()
+    reason = log_trouble(log_dir, rank) if code != 0 else ""
+    if reason:  # the log cannot hold the worker's own last words: say it here
+        print(f"polytrain launch: worker rank {rank}: {reason}", file=sys.stderr, flush=True)
     if status_dir is not None:
-        record = {"rank": rank, "pid": child.pid, "code": code, "time": ended}
+        record: dict[str, float | str] = {
+            "rank": rank, "pid": child.pid, "code": code, "time": ended
+        }  # fmt: skip
+        if reason:
+            record["reason"] = reason
         tmp = status_dir / f".rank{rank}.json.tmp"
         tmp.write_text(json.dumps(record))
         tmp.replace(status_dir / f"rank{rank}.json")
@@ -136,7 +163,7 @@ def main(argv: list[str]) -> int:
     return code
 
 
-def read_statuses(status_dir: Path) -> list[dict[str, float]]:
+def read_statuses(status_dir: Path) -> list[dict[str, Any]]:
     """The records of every worker of this node that has ended, earliest first."""
     records = []
     for path in status_dir.glob("rank*.json"):

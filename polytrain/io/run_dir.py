@@ -34,9 +34,10 @@ CURVES_FILE = "curves.png"
 RUN_FILES = (METRICS_FILE, CURVES_FILE, "checkpoints")  # what a training run writes
 
 
-def os_error_line(exc: OSError, fix: str) -> str:
-    """One line for an OSError a user can cause: the path, the reason, what to do."""
-    where = exc.filename if exc.filename is not None else "a file"
+def os_error_line(exc: OSError, fix: str, folder: Path | None = None) -> str:
+    """One line for an OSError a user can cause: the path (or the folder written into,
+    when the failing write had no file name), the reason, what to do."""
+    where = exc.filename if exc.filename is not None else f"into {folder or 'a file'}"
     reason = exc.strerror or type(exc).__name__
     return f"cannot write {where}: {reason}. {fix}"
 
