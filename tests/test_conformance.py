@@ -14,6 +14,7 @@ from polytrain.backend.precision import PrecisionSupport
 from polytrain.neutral import reference, reference_grad
 from polytrain.testing import BackendConformance, backends_under_test
 from polytrain.testing.layer_cases import BATCH, LAYER_CASES, LayerCase, case_params, case_spec
+from polytrain.testing.placement import on_test_device
 
 
 @pytest.fixture(scope="module", params=backends_under_test())
@@ -24,7 +25,7 @@ def backend_name(request: pytest.FixtureRequest) -> str:
 class TestConformance(BackendConformance):
     @pytest.fixture
     def backend(self, backend_name: str) -> Backend:
-        return get_backend(backend_name)
+        return on_test_device(get_backend(backend_name))  # $POLYTRAIN_TEST_DEVICE
 
 
 # -- the suite itself: its yardstick, and that it catches what it claims to ------------------

@@ -16,7 +16,8 @@ with the reason, on a backend that does not declare them
 (:mod:`polytrain.testing.capabilities`). Loaded as a pytest plugin (entry point
 ``pytest11``), it also fails the run, instead of skipping, when a backend listed in
 ``$POLYTRAIN_REQUIRE_BACKENDS`` is not installed, so CI cannot go green on an
-empty install.
+empty install. ``POLYTRAIN_TEST_DEVICE=gpu:0`` runs the suite on that device
+(:mod:`polytrain.testing.placement`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from polytrain.neutral.optim import OPTIMIZERS, OptimizerConfig, numpy_step
 from polytrain.plugins.registry import get_backend, installed_backends
 from polytrain.testing.capabilities import FP64, LAYER_OUTPUTS, require
 from polytrain.testing.layer_cases import LAYER_CASES, LayerCase, check_layer
+from polytrain.testing.placement import on_test_device
 from polytrain.training.step import StepRunner
 
 FORWARD_ATOL = 1e-4
@@ -155,7 +157,7 @@ class BackendConformance:
 
     @pytest.fixture
     def backend(self) -> Backend:
-        return get_backend(self.backend_name)
+        return on_test_device(get_backend(self.backend_name))  # $POLYTRAIN_TEST_DEVICE
 
     # -- devices and tensors ---------------------------------------------------------------
 
