@@ -19,8 +19,10 @@ from polytrain.errors import (
     NonFiniteLossError,
     PolytrainError,
 )
+from polytrain.neutral.losses import LossSpec, MetricSpec
 from polytrain.neutral.models import ModelSpec, get_model_spec
 from polytrain.neutral.optim import OptimizerConfig
+from polytrain.neutral.spec_file import spec_from_dict, spec_from_file, spec_to_dict
 from polytrain.plugins.hookspecs import hookimpl, hookspec
 from polytrain.plugins.registry import (
     BackendInfo,
@@ -63,6 +65,8 @@ __all__ = [
     "ClusterError",
     "ConfigError",
     "DataError",
+    "LossSpec",
+    "MetricSpec",
     "Model",
     "ModelSpec",
     "NonFiniteLossError",
@@ -79,4 +83,7 @@ __all__ = [
     "installed_backends",
     "port",
     "registered_backends",
+    "spec_from_dict",
+    "spec_from_file",
+    "spec_to_dict",
 ]

@@ -59,8 +59,9 @@ def test_broken_tolerance_exits_non_zero(tmp_path: Path) -> None:
     if len(names) < 2:
         pytest.skip("needs two backends")
     args = ["compare", "--backends", ",".join(names[:2]), *SLICE, "--max-steps", "2",
-            "--parity-steps", "2", "--tol-loss", "1e-15", "--out", str(tmp_path),
-            "--quiet"]  # fmt: skip
+            "--parity-steps", "2", "--tol-loss", "1e-15", "--tol-grad", "1e-12",
+            "--out", str(tmp_path), "--quiet"]  # fmt: skip
+    # two float32 frameworks may give bit-equal losses for 2 steps; their gradients differ
     assert main(args) == 1
 
 

@@ -9,6 +9,9 @@ the whole batch and the plain mean loss; and replicas must stay identical over s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -142,3 +145,42 @@ def test_trainer_on_three_devices_matches_one(backend: Backend) -> None:
     assert abs(one.train_loss - three.train_loss) < 1e-6
     assert one.test_accuracy == three.test_accuracy
     assert max_diff(p1, p3) < 1e-5  # five steps of momentum SGD
+
+
+# Backends that sum gradients in flat buckets (MXNet's go through its kvstore, key by key).
+BUCKETED = [b for b in ("torch", "paddle") if b in backends_under_test()]
+
+
+def _counting_allreduce(backend: Backend) -> list[int]:
+    """Count the calls of the per-parameter collective (the backend's own allreduce)."""
+    calls = [0]
+    allreduce = backend.allreduce
+
+    def counted(tensors: Sequence[Any], op: str) -> None:
+        calls[0] += 1
+        allreduce(tensors, op)
+
+    backend.allreduce = counted  # type: ignore[method-assign]
+    return calls
+
+
+@pytest.mark.parametrize("name", BUCKETED)
+def test_bucketed_sync_equals_the_per_parameter_path(name: str) -> None:
+    """20 momentum steps on ``cpu:3``: buckets of 10 kB (LeNet's 8 gradients in 5
+    buckets) and one 25 MB bucket give what one collective per parameter gives."""
+    params, calls = [], []
+    for mb in (0.0, 0.01, None):  # 0: per parameter; None: the 25 MB default
+        backend = get_backend(name, bucket_mb=mb)
+        calls.append(_counting_allreduce(backend))
+        model = backend.build_model(SPEC, backend.devices("cpu:3"))
+        backend.set_params(model, SPEC.init_params(seed=2))
+        runner = StepRunner(backend, model, backend.make_optimizer(model, config("momentum")))
+        for step in range(20):
+            runner.train_step(*batch(8 + step % 5, seed=100 + step))
+        params.append([backend.get_params(model, r) for r in range(3)])
+    per_parameter, *bucketed = params
+    for got in bucketed:
+        for replica in range(3):
+            assert max_diff(got[replica], per_parameter[replica]) <= TOL
+    assert calls[0][0] == 20 * len(backend.parameter_names(model))  # one per parameter and step
+    assert calls[1][0] == calls[2][0] == 0  # buckets never take the per-parameter path

@@ -227,7 +227,8 @@ def test_native_writer_fuzz(tensors, name: str) -> None:  # type: ignore[no-unty
 
 FLAGS = ["--epochs", "--batch-size", "--lr", "--momentum", "--weight-decay", "--seed",
          "--devices", "--accumulate", "--precision", "--train-samples", "--max-steps",
-         "--val-split", "--optimizer", "--model", "--dataset", "--threads"]  # fmt: skip
+         "--val-split", "--optimizer", "--model", "--dataset", "--threads", "--schedule",
+         "--clip-grad-norm", "--clip-grad-value", "--early-stop"]  # fmt: skip
 VALUES = st.one_of(
     st.integers(-5, 10**6).map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(str),
@@ -283,6 +284,10 @@ RUN_VALUES = {
     "--momentum": ["-0.1", "0", "0.5", "1", "nan"],
     "--weight-decay": ["-1", "0", "0.1", "inf"],
     "--warmup-steps": ["-1", "0", "3"],
+    "--schedule": ["constant", "cosine:warmup=3", "onecycle", "step:step_size=1", "x:y=1"],
+    "--clip-grad-norm": ["0", "0.5", "nan", "inf"],
+    "--clip-grad-value": ["-1", "0.01", "nan"],
+    "--early-stop": ["0", "1"],
     "--seed": ["-1", "0", "7", str(2**32 - 1), str(2**32)],
     "--optimizer": ["sgd", "momentum", "adagrad", "adam", "nope"],
     "--precision": ["fp32", "fp64", "bf16", "fp16", "fp8"],
@@ -343,6 +348,8 @@ def tiny_datasets(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @given(run_command_line())
 @example(["--seed", str(2**32 - 1), "--threads", "1", "--checkpoint-every", "1"])  # trains
 @example(["--seed", "-1"])
+@example(["--schedule", "cosine:min_lr=0.001", "--clip-grad-norm", "0.5", "--clip-grad-value",
+          "0.01", "--val-split", "0.5", "--early-stop", "1"])  # fmt: skip
 def test_train_command_runs_fuzz(tiny_datasets: Path, extra: list[str]) -> None:
     """A generated command line either trains (1-2 steps on the numpy backend, metrics
     written) or stops with exit 2 and one line of polytrain's own: never a traceback."""

@@ -29,12 +29,13 @@ from polytrain.backend.model import build_inputs
 from polytrain.backend.precision import PRECISIONS, PrecisionSupport
 from polytrain.distributed.cluster import ClusterInfo
 from polytrain.errors import BackendError, CheckpointError, ClusterError
+from polytrain.neutral.losses import LossSpec
 from polytrain.neutral.models import ModelSpec
 from polytrain.neutral.optim import Optimizer, OptimizerConfig
 from polytrain.utils.fileio import atomic_path
 from polytrain.utils.threads import cpu_count
 
-from . import _devices, _inspect, _parallel, _precision
+from . import _devices, _inspect, _losses, _parallel, _precision
 from ._layers import build, canonical, hybridize
 from ._model import MXNetModel
 from ._optim import MXNetOptimizer
@@ -241,6 +242,13 @@ class MXNetBackend(Backend):
         predicted = mx.nd.argmax(logits, axis=1)  # float32 indices
         return (predicted == labels.reshape((-1,)).astype(predicted.dtype)).sum()
 
+    def loss(
+        self, outputs: Tensor, targets: Tensor, loss: LossSpec, reduction: str = "sum"
+    ) -> Tensor:
+        if loss.plain:  # the cross_entropy verb, bit for bit
+            return self.cross_entropy(outputs, targets, reduction)
+        return _losses.named_loss(outputs, targets, loss, reduction)
+
     def backward(self, loss: Tensor) -> None:
         loss.backward()
 
@@ -290,6 +298,18 @@ class MXNetBackend(Backend):
     def unscale_gradients(self, model: Model, inv_scale: float) -> bool:
         grads = [g for per_param in self.replica_gradients(model) for g in per_param]
         return _precision.unscale(grads, inv_scale)
+
+    def scale_gradients(self, model: Model, factor: float) -> None:
+        for per_param in self.replica_gradients(model):
+            for g in per_param:
+                g *= factor  # a double scalar: float64 stays exact
+
+    def clip_gradients(self, model: Model, limit: float) -> None:
+        # nd.clip takes float32 bounds (float64 would be off by ~1e-9); the scalar
+        # maximum/minimum keep the bound in double
+        for per_param in self.replica_gradients(model):
+            for g in per_param:
+                g[:] = mx.nd.minimum(mx.nd.maximum(g, -limit), limit)
 
     def precision_support(self, device: Device | None = None) -> dict[str, PrecisionSupport]:
         device = self.try_gpu() if device is None else device

@@ -23,6 +23,7 @@ from polytrain.backend.devices import split_device_name
 from polytrain.backend.functional import FunctionalOps
 from polytrain.backend.precision import PrecisionSupport, check_dtype
 from polytrain.errors import BackendError
+from polytrain.neutral.losses import LossSpec
 from polytrain.neutral.models import ModelSpec
 from polytrain.neutral.optim import Optimizer, OptimizerConfig
 from polytrain.utils.fileio import atomic_write_bytes
@@ -31,6 +32,7 @@ from . import _autograd as A
 from . import _blas
 from ._format import NumpyFormat
 from ._layers import NumpyModel, NumpyNet
+from ._losses import named_loss
 from ._optim import NumpyOptimizer
 from ._tensor import CPU, NumpyDevice, Tensor, backward, no_grad
 
@@ -187,6 +189,13 @@ class NumpyBackend(Backend):
         hits = logits.data.argmax(axis=1) == np.asarray(labels.data).reshape(-1)
         return Tensor(np.asarray(hits.sum(), dtype=np.int64), logits.device)
 
+    def loss(
+        self, outputs: Tensor, targets: Tensor, loss: LossSpec, reduction: str = "sum"
+    ) -> Tensor:
+        if loss.plain:  # the cross_entropy verb, bit for bit
+            return self.cross_entropy(outputs, targets, reduction)
+        return named_loss(_tensor(outputs), _tensor(targets), loss, reduction)
+
     def backward(self, loss: Tensor) -> None:
         backward(loss)
 
@@ -209,6 +218,16 @@ class NumpyBackend(Backend):
                     g *= inv_scale
                     finite = finite and bool(np.isfinite(g).all())
         return finite
+
+    def scale_gradients(self, model: Model, factor: float) -> None:
+        for net in _nets(model):
+            for g in net.grads().values():
+                g *= factor
+
+    def clip_gradients(self, model: Model, limit: float) -> None:
+        for net in _nets(model):
+            for g in net.grads().values():
+                np.clip(g, -limit, limit, out=g)
 
     def layer_outputs(self, model: Model, x: Tensor) -> list[tuple[str, np.ndarray]]:
         captured: list[tuple[str, np.ndarray]] = []

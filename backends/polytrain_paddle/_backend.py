@@ -21,6 +21,7 @@ from typing import Any, cast
 import numpy as np
 
 from polytrain.backend.base import Backend, Device, Model, Tensor
+from polytrain.backend.buckets import bucket_bytes
 from polytrain.backend.collectives import check_reduce_op
 from polytrain.backend.devices import DeviceSeq
 from polytrain.backend.functional import FunctionalOps
@@ -30,6 +31,7 @@ from polytrain.backend.precision import PRECISIONS, PrecisionSupport
 from polytrain.distributed.cluster import ClusterInfo
 from polytrain.distributed.watchdog import Deadline
 from polytrain.errors import BackendError, CheckpointError, ClusterError
+from polytrain.neutral.losses import LossSpec
 from polytrain.neutral.models import ModelSpec
 from polytrain.neutral.optim import Optimizer, OptimizerConfig
 from polytrain.utils.fileio import atomic_path
@@ -198,6 +200,15 @@ class PaddleBackend(Backend):
     def count_correct(self, logits: Tensor, labels: Tensor) -> Tensor:
         return (logits.argmax(axis=1) == labels.reshape([-1])).sum()
 
+    def loss(
+        self, outputs: Tensor, targets: Tensor, loss: LossSpec, reduction: str = "sum"
+    ) -> Tensor:
+        if loss.plain:  # the cross_entropy verb, bit for bit
+            return self.cross_entropy(outputs, targets, reduction)
+        from . import _losses
+
+        return _losses.named_loss(outputs, targets, loss, reduction)
+
     def backward(self, loss: Tensor) -> None:
         loss.backward()
 
@@ -210,6 +221,21 @@ class PaddleBackend(Backend):
             g = np.zeros(p.shape, _NUMPY[p.dtype]) if p.grad is None else self.to_numpy(p.grad)
             out[canonical] = np.ascontiguousarray(g.T) if transposed else g
         return out
+
+    def sync_gradients(self, model: Model) -> None:
+        """Sum the gradients over replicas and processes in fused buckets of
+        ``bucket_mb`` (default 25 MB, :mod:`polytrain.backend.buckets`); 0: one
+        collective per parameter, the backend-neutral path."""
+        if model.num_devices == 1 and self.world_size == 1:
+            return
+        limit = bucket_bytes(self.options.bucket_mb)
+        if limit == 0:
+            super().sync_gradients(model)
+            return
+        per_replica = [
+            [p.grad for p in r.parameters() if not p.stop_gradient] for r in model.replicas
+        ]
+        _parallel.sync_buckets(per_replica, self.world_size, limit)
 
     def replica_gradients(self, model: Model) -> list[list[Tensor]]:
         trainable = [[p for p in r.parameters() if not p.stop_gradient] for r in model.replicas]
@@ -239,6 +265,21 @@ class PaddleBackend(Backend):
     def unscale_gradients(self, model: Model, inv_scale: float) -> bool:
         grads = [p.grad for r in model.replicas for p in r.parameters() if not p.stop_gradient]
         return _precision.unscale(grads, inv_scale)
+
+    def _own_gradients(self, model: Model) -> list[Any]:
+        """Every replica's gradient tensors (in-place ops on them change the gradients)."""
+        params = [p for r in model.replicas for p in r.parameters() if not p.stop_gradient]
+        return [p.grad for p in params if p.grad is not None]
+
+    def scale_gradients(self, model: Model, factor: float) -> None:
+        with paddle.no_grad():
+            for g in self._own_gradients(model):
+                g.scale_(factor)  # the scale is a double: float64 stays exact
+
+    def clip_gradients(self, model: Model, limit: float) -> None:
+        with paddle.no_grad():
+            for g in self._own_gradients(model):
+                g.clip_(-limit, limit)
 
     def precision_support(self, device: Device | None = None) -> dict[str, PrecisionSupport]:
         device = self.try_gpu() if device is None else device
@@ -270,6 +311,7 @@ class PaddleBackend(Backend):
             master = f"{info.master_addr}:{info.master_port}"  # the store's address; the rest
             os.environ["PADDLE_TRAINER_ENDPOINTS"] = ",".join([master] * info.world_size)
             os.environ["PADDLE_CURRENT_ENDPOINT"] = master  # is only checked to exist on CPU
+        self.use_process_device(devices)  # before the group: NCCL binds to this GPU
         os.environ["PADDLE_PG_TIMEOUT"] = str(int(timeout * 1000))
         os.environ["FLAGS_stop_check_timeout"] = str(int(timeout))  # noqa: SIM112 - paddle flag
         # Paddle's TCP store waits for every rank with no timeout of its own: bound it here
@@ -285,6 +327,12 @@ class PaddleBackend(Backend):
                 "reachable and every process was started with the same world size."
             ) from exc
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+
+    def use_process_device(self, devices: Sequence[Device]) -> None:
+        """Make this process's GPU Paddle's current device (``paddle.set_device`` and
+        ``FLAGS_selected_gpus``, which ``init_parallel_env`` reads; nothing on the CPU).
+        ``init_distributed`` calls it before creating the process group."""
+        _devices.set_current_device(devices)
 
     def shutdown_distributed(self) -> None:
         import paddle.distributed as dist

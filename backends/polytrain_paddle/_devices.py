@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,3 +46,18 @@ def place(device: Any | None) -> Any:
 def moved(tensor: paddle.Tensor, to: Any) -> paddle.Tensor:
     """``tensor`` on place ``to``: itself when it is there already."""
     return tensor if tensor.place == to else tensor.to(to)
+
+
+def process_gpu_index(devices: Sequence[Any]) -> int | None:
+    """The id of the first GPU among a process's devices, or None when it has none."""
+    gpus = [d for d in devices if isinstance(d, paddle.CUDAPlace)]
+    return None if not gpus else int(gpus[0].get_device_id())  # type: ignore[attr-defined]
+
+
+def set_current_device(devices: Sequence[Any]) -> None:
+    """Make the process's first GPU Paddle's current device (a no-op on the CPU):
+    ``init_parallel_env`` takes its GPU from FLAGS_selected_gpus (default 0), so both."""
+    index = process_gpu_index(devices)
+    if index is not None:
+        os.environ["FLAGS_selected_gpus"] = str(index)  # noqa: SIM112 - Paddle's flag
+        paddle.set_device(f"gpu:{index}")

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from polytrain.backend.base import Backend, Device, Model, Tensor
+from polytrain.backend.buckets import bucket_bytes
 from polytrain.backend.collectives import check_reduce_op
 from polytrain.backend.devices import DeviceSeq
 from polytrain.backend.functional import FunctionalOps
@@ -23,11 +24,12 @@ from polytrain.backend.model import build_inputs
 from polytrain.backend.precision import PRECISIONS, PrecisionSupport
 from polytrain.distributed.cluster import ClusterInfo
 from polytrain.errors import BackendError, CheckpointError, ClusterError
+from polytrain.neutral.losses import LossSpec
 from polytrain.neutral.models import ModelSpec
 from polytrain.neutral.optim import Optimizer, OptimizerConfig
 from polytrain.utils.fileio import atomic_path
 
-from . import _devices, _inspect, _parallel, _precision
+from . import _devices, _inspect, _losses, _parallel, _precision
 from ._layers import build, unwrap
 from ._model import TorchModel
 from ._optim import TorchOptimizer
@@ -163,6 +165,13 @@ class TorchBackend(Backend):
     def count_correct(self, logits: Tensor, labels: Tensor) -> Tensor:
         return (logits.argmax(dim=1) == labels.reshape(-1)).sum()
 
+    def loss(
+        self, outputs: Tensor, targets: Tensor, loss: LossSpec, reduction: str = "sum"
+    ) -> Tensor:
+        if loss.plain:  # the cross_entropy verb, bit for bit
+            return self.cross_entropy(outputs, targets, reduction)
+        return _losses.named_loss(outputs, targets, loss, reduction)
+
     def backward(self, loss: Tensor) -> None:
         loss.backward()
 
@@ -172,6 +181,19 @@ class TorchBackend(Backend):
             g = p.grad
             out[name] = np.zeros(tuple(p.shape), _NUMPY[p.dtype]) if g is None else self.to_numpy(g)
         return out
+
+    def sync_gradients(self, model: Model) -> None:
+        """Sum the gradients over replicas and processes in flat buckets of
+        ``bucket_mb`` (default 25 MB, :mod:`polytrain.backend.buckets`); 0: one
+        collective per parameter, the backend-neutral path."""
+        if model.num_devices == 1 and self.world_size == 1:
+            return
+        limit = bucket_bytes(self.options.bucket_mb)
+        if limit == 0:
+            super().sync_gradients(model)
+            return
+        replicas = [[p for p in r.parameters() if p.requires_grad] for r in model.replicas]
+        _parallel.sync_buckets(replicas, self.world_size, limit)
 
     def replica_gradients(self, model: Model) -> list[list[Tensor]]:
         per_replica = [[p.grad for p in r.parameters()] for r in model.replicas]
@@ -202,6 +224,20 @@ class TorchBackend(Backend):
         grads = [p.grad for replica in model.replicas for p in replica.parameters()]
         return _precision.unscale(grads, inv_scale)
 
+    def scale_gradients(self, model: Model, factor: float) -> None:
+        with torch.no_grad():
+            for replica in model.replicas:
+                for p in replica.parameters():
+                    if p.grad is not None:
+                        p.grad.mul_(factor)
+
+    def clip_gradients(self, model: Model, limit: float) -> None:
+        with torch.no_grad():
+            for replica in model.replicas:
+                for p in replica.parameters():
+                    if p.grad is not None:
+                        p.grad.clamp_(-limit, limit)
+
     def precision_support(self, device: Device | None = None) -> dict[str, PrecisionSupport]:
         kind = torch.device(self.try_gpu() if device is None else device).type
         return {p: _precision.support(kind, p) for p in PRECISIONS}
@@ -225,6 +261,7 @@ class TorchBackend(Backend):
                 "torch.distributed needs a master address and port (MASTER_ADDR/PORT)."
             )
         engine = "nccl" if all(torch.device(d).type == "cuda" for d in devices) else "gloo"
+        self.use_process_device(devices)  # before the group: NCCL binds to the current GPU
         try:
             dist.init_process_group(
                 engine,
@@ -242,6 +279,11 @@ class TorchBackend(Backend):
                 "and every process was started with the same world size."
             ) from exc
         self.rank, self.world_size = info.rank, info.world_size
+
+    def use_process_device(self, devices: Sequence[Device]) -> None:
+        """Make this process's GPU the current device (``torch.cuda.set_device``; nothing
+        on the CPU). ``init_distributed`` calls it before creating the process group."""
+        _devices.set_current_device(devices)
 
     def shutdown_distributed(self) -> None:
         import torch.distributed as dist

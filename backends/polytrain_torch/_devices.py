@@ -27,3 +27,17 @@ def on_distinct_gpus(tensors: Sequence[torch.Tensor]) -> bool:
     """One tensor per GPU: torch.cuda.comm's reduce/broadcast apply (NCCL when present)."""
     devices = [t.device for t in tensors]
     return all(d.type == "cuda" for d in devices) and len(set(devices)) == len(devices)
+
+
+def process_gpu_index(devices: Sequence[Any]) -> int | None:
+    """The index of the first GPU among a process's devices, or None when it has none."""
+    gpus = [torch.device(d) for d in devices if torch.device(d).type == "cuda"]
+    return None if not gpus else gpus[0].index or 0
+
+
+def set_current_device(devices: Sequence[Any]) -> None:
+    """Make the process's first GPU torch's current device (a no-op on the CPU), so
+    that NCCL, created next, binds to it and not to GPU 0."""
+    index = process_gpu_index(devices)
+    if index is not None:
+        torch.cuda.set_device(index)

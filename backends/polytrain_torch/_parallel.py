@@ -1,11 +1,15 @@
 """Reductions across devices (torch.cuda.comm, or host memory for ``cpu:K``) and processes
-(torch.distributed)."""
+(torch.distributed); gradients in flat buckets (:func:`sync_buckets`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+from polytrain.backend.buckets import plan_buckets
 
 from ._devices import on_distinct_gpus
 
@@ -49,3 +53,52 @@ def broadcast(tensors: Sequence[torch.Tensor], src: int, world_size: int) -> Non
         for i, t in enumerate(tensors):
             if i != src:
                 t.copy_(source)
+
+
+def sync_buckets(
+    replicas: Sequence[Sequence[torch.nn.Parameter]], world_size: int, limit: int
+) -> None:
+    """Sum every gradient over the replicas (one list of parameters each) and processes,
+    ``limit`` bytes per flat bucket: one concatenation per bucket and replica, one
+    collective per bucket (issued asynchronously, so packing the next bucket overlaps
+    the reduction of this one), one multi-tensor copy back. A missing gradient (a
+    parameter the forward did not use) counts as zeros, as on every other rank."""
+    with torch.no_grad():
+        grads = [[_grad_of(p) for p in params] for params in replicas]
+        first = grads[0]
+        sizes = [g.numel() * g.element_size() for g in first]
+        keys = [(g.dtype, g.device) for g in first]
+        pending: list[tuple[Any, torch.Tensor, list[list[torch.Tensor]]]] = []
+        for bucket in plan_buckets(sizes, keys, limit):
+            members = [[per_replica[i] for i in bucket] for per_replica in grads]
+            total = _local_sum([_flatten_dense_tensors(m) for m in members])
+            work = None
+            if world_size > 1:
+                import torch.distributed as dist
+
+                work = dist.all_reduce(total, op=dist.ReduceOp.SUM, async_op=True)
+            pending.append((work, total, members))
+        for work, total, members in pending:
+            if work is not None:
+                work.wait()
+            for m in members:
+                flat = total if total.device == m[0].device else total.to(m[0].device)
+                torch._foreach_copy_(m, _unflatten_dense_tensors(flat, m))
+
+
+def _grad_of(p: torch.nn.Parameter) -> torch.Tensor:
+    if p.grad is None:
+        p.grad = torch.zeros_like(p)
+    return p.grad
+
+
+def _local_sum(flats: list[torch.Tensor]) -> torch.Tensor:
+    """The sum of one bucket's flat gradients over the replicas, on the first's device."""
+    if len(flats) > 1 and on_distinct_gpus(flats):  # untested here (no GPU)
+        from torch.cuda import comm
+
+        return comm.reduce_add(flats, flats[0].device.index)
+    total = flats[0]  # a fresh tensor (the concatenation): summed into in place
+    for flat in flats[1:]:
+        total.add_(flat.to(total.device))
+    return total

@@ -10,6 +10,7 @@ import numpy as np
 from polytrain.backend.collectives import CollectiveVerbs
 from polytrain.backend.devices import Tensor
 from polytrain.backend.model import Model, ModelVerbs
+from polytrain.errors import BackendError
 
 
 class AutodiffVerbs(ModelVerbs, CollectiveVerbs):
@@ -68,3 +69,19 @@ class AutodiffVerbs(ModelVerbs, CollectiveVerbs):
         """Global L2 norm of replica 0's gradients (after synchronisation)."""
         grads = self.gradients(model)
         return float(np.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads.values())))
+
+    def scale_gradients(self, model: Model, factor: float) -> None:
+        """Multiply every replica's gradients by ``factor`` in place, computed in the
+        gradients' dtype (float64 stays exact to it): clipping by global norm."""
+        raise BackendError(
+            f"Backend {self.name!r} cannot scale gradients: implement Backend.scale_gradients "
+            "to use --clip-grad-norm."
+        )
+
+    def clip_gradients(self, model: Model, limit: float) -> None:
+        """Clamp every element of every replica's gradients to ``[-limit, limit]`` in place
+        (PyTorch's clip_grad_value_), in the gradients' dtype: clipping by value."""
+        raise BackendError(
+            f"Backend {self.name!r} cannot clip gradients: implement Backend.clip_gradients "
+            "to use --clip-grad-value."
+        )

@@ -11,7 +11,7 @@ with the required verbs; a backend overrides them only to go faster.
 ``identity``             name, framework, version, threads, seeds, synchronize
 ``devices``              devices and their neutral names, tensors, split_and_load, copy_to
 ``model``                build_model, parameters, forward, layer_outputs, make_optimizer
-``autodiff``             record, losses, backward, gradients, sync_gradients
+``autodiff``             record, losses, backward, gradients, sync_gradients, clipping
 ``collectives``          allreduce, broadcast, process groups
 ``precision_verbs``      autocast, unscale_gradients, precision_support
 ``native_io``            save_native, load_native
@@ -38,10 +38,26 @@ from polytrain.backend.model import Model as Model
 from polytrain.backend.native_io import NativeIOVerbs
 from polytrain.backend.precision_verbs import PrecisionVerbs
 from polytrain.errors import BackendError
+from polytrain.neutral.losses import LossSpec
 
 
 class Backend(AutodiffVerbs, PrecisionVerbs, NativeIOVerbs):
     """One framework behind the common interface."""
+
+    def loss(
+        self, outputs: Tensor, targets: Tensor, loss: LossSpec, reduction: str = "sum"
+    ) -> Tensor:
+        """The named loss of :mod:`polytrain.neutral.losses` ("sum", "mean" or "none"; per
+        sample, the mean over its output elements), differentiable w.r.t. ``outputs``: its
+        value and gradient match ``loss_reference``/``loss_grad_reference``. Float targets
+        are cast to the outputs' dtype. The default serves plain cross-entropy through the
+        ``cross_entropy`` verb; a backend overrides it for the other losses."""
+        if loss.plain:
+            return self.cross_entropy(outputs, targets, reduction)
+        raise BackendError(
+            f"backend {self.name} has no loss {loss.name!r} (with these options): override "
+            "Backend.loss, or use a built-in backend."
+        )
 
     def functional(self) -> FunctionalOps:
         """Tensor ops for hand-written models (d2l's scratch recipes), in PyTorch's

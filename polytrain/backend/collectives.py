@@ -45,6 +45,12 @@ class CollectiveVerbs(DeviceVerbs):
         if info.world_size > 1:
             raise BackendError(f"Backend {self.name!r} does not support several processes.")
 
+    def use_process_device(self, devices: Sequence[Device]) -> None:
+        """Make the first GPU of ``devices`` the framework's current device, if there is
+        one; :meth:`init_distributed` calls it before creating the process group, so that
+        the group's GPU collectives bind to this process's GPU. The default does nothing
+        (frameworks without a current device)."""
+
     def shutdown_distributed(self) -> None:
         """Leave the process group (so that no rank aborts at exit)."""
 

@@ -7,13 +7,15 @@ logic runs without GPUs) and ``gpu:K``.
 
 from __future__ import annotations
 
+import os
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from polytrain.backend.identity import IdentityVerbs
+from polytrain.distributed.cluster import ClusterInfo
 from polytrain.errors import BackendError, ConfigError
 from polytrain.neutral.sharding import shard_bounds
 
@@ -38,10 +40,14 @@ class DeviceVerbs(IdentityVerbs):
     def device_name(self, device: Device) -> str:
         """The neutral name of a native device."""
 
-    def devices(self, spec: str | Sequence[str] = "cpu") -> list[Device]:
+    def devices(
+        self, spec: str | Sequence[str] = "cpu", *, cluster: ClusterInfo | None = None
+    ) -> list[Device]:
         """Devices from a spec: ``cpu``, ``cpu:4`` (four emulated devices), ``gpu``
-        (all GPUs, or the CPU if none), ``gpu:0,1`` or a list of neutral names."""
-        names = parse_devices(spec, self.gpu_count())
+        (all GPUs, or the CPU if none; with several processes on this node, this
+        process's GPU: see :func:`parse_devices`), ``gpu:all``, ``gpu:0,1`` or a list of
+        neutral names."""
+        names = parse_devices(spec, self.gpu_count(), cluster=cluster)
         return [self.device(n) for n in names]
 
     def try_gpu(self, i: int = 0) -> Device:
@@ -87,8 +93,20 @@ def device_label(kind: str, index: int | None) -> str:
     return kind if index is None else f"{kind}:{index}"
 
 
-def parse_devices(spec: str | Sequence[str], gpu_count: int) -> list[str]:
-    """Neutral device names from a spec (see :meth:`DeviceVerbs.devices`)."""
+def parse_devices(
+    spec: str | Sequence[str],
+    gpu_count: int,
+    *,
+    cluster: ClusterInfo | None = None,
+    env: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Neutral device names from a spec (see :meth:`DeviceVerbs.devices`).
+
+    ``gpu`` means every GPU when this process is alone on its node, and this process's
+    GPU, ``gpu:<local rank>``, when ``cluster`` puts several processes on the node
+    (:func:`process_gpu`). ``gpu:all`` is every GPU in either case; ``gpu:0,1`` and
+    ``cpu:N`` mean what they say in every process. ``env`` (default os.environ) is read
+    only to name ``CUDA_VISIBLE_DEVICES`` in an error."""
     if not isinstance(spec, str):
         names = [str(s) for s in spec]
         if not names:
@@ -97,6 +115,8 @@ def parse_devices(spec: str | Sequence[str], gpu_count: int) -> list[str]:
     text = spec.strip().lower()
     if text in ("", "cpu"):
         return ["cpu"]
+    if text == "gpu" and cluster is not None and cluster.local_world_size > 1 and gpu_count:
+        return [process_gpu(cluster, gpu_count, env)]
     if text == "gpu" or text == "gpu:all":
         return [f"gpu:{i}" for i in range(gpu_count)] or ["cpu"]
     kind, _, rest = text.partition(":")
@@ -120,3 +140,19 @@ def parse_devices(spec: str | Sequence[str], gpu_count: int) -> list[str]:
             "available here. Use 'cpu:N' to emulate devices, or 'gpu' for what exists."
         )
     return [f"gpu:{s}" for s in ids]
+
+
+def process_gpu(cluster: ClusterInfo, gpu_count: int, env: Mapping[str, str] | None = None) -> str:
+    """The GPU of this process when several share a node: ``gpu:<local rank>`` (torchrun's
+    ``cuda:LOCAL_RANK``), or one line naming the rank, the GPUs and CUDA_VISIBLE_DEVICES."""
+    if cluster.local_rank < gpu_count:
+        return f"gpu:{cluster.local_rank}"
+    visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+    shown = "unset" if visible is None else repr(visible)
+    raise ConfigError(
+        f"Local rank {cluster.local_rank} (rank {cluster.rank}, {cluster.local_world_size} "
+        f"processes on this node) has no GPU: --devices gpu gives each process the GPU of its "
+        f"local rank, but {gpu_count} GPU(s) are visible (CUDA_VISIBLE_DEVICES {shown}). "
+        "Start at most one process per GPU, or give --devices gpu:0 when each process sees "
+        "only its own GPU or the processes are meant to share GPU 0."
+    )

@@ -14,6 +14,7 @@ class BackendOptions:
     threads: int | None = None
     fast: bool | None = None
     precision: str = "fp32"
+    bucket_mb: float | None = None  # gradient sync buckets: polytrain.backend.buckets
 
 
 class IdentityVerbs(ABC):

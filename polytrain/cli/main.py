@@ -8,9 +8,11 @@ and exit with status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from polytrain.cli import arguments as num
@@ -129,9 +131,29 @@ def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         default=d.model,
-        help="lenet, lenet-scratch, paddle-mnist, torch-dp-cnn, mlp, resnet18",
+        help="lenet, lenet-scratch, paddle-mnist, torch-dp-cnn, mlp, resnet18; or your own: "
+        "pkg.module:factory (returns a ModelSpec) or a spec .json/.toml (docs/user-models.md)",
     )
     p.add_argument("--dataset", default=d.dataset, help="fashion-mnist or mnist")
+    p.add_argument(
+        "--data",
+        default=None,
+        metavar="NPZ",
+        help="your own data instead of --dataset: an .npz with x_train, y_train and optionally "
+        "x_test, y_test",
+    )
+    p.add_argument(
+        "--loss",
+        default=d.loss,
+        help="cross_entropy, mse, l1, bce_with_logits, or JSON with options: "
+        '\'{"name": "cross_entropy", "label_smoothing": 0.1, "class_weights": [1, 2]}\'',
+    )
+    p.add_argument(
+        "--metric",
+        default=d.metric,
+        help='accuracy, top_k (k=5), mse, or JSON: \'{"name": "top_k", "k": 3}\'; reported '
+        "as the train/test accuracy columns",
+    )
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="global batch size")
     p.add_argument("--optimizer", default=d.optimizer, help="sgd, momentum, adagrad, adam")
@@ -143,6 +165,34 @@ def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
         default=d.warmup_steps,
         metavar="N",
         help="raise the lr linearly over the first N steps (0: constant lr)",
+    )
+    p.add_argument(
+        "--schedule",
+        default=d.schedule,
+        metavar="NAME[:K=V,...]",
+        help="lr schedule: constant, step:step_size=N[,gamma=G], multistep:milestones=A/B, "
+        "cosine[:warmup=N,min_lr=X,total=T], onecycle[:pct_start=P,...] (docs/semantics.md)",
+    )
+    p.add_argument(
+        "--clip-grad-norm",
+        type=float,
+        default=None,
+        metavar="MAX",
+        help="rescale the summed gradients to a global L2 norm of at most MAX",
+    )
+    p.add_argument(
+        "--clip-grad-value",
+        type=float,
+        default=None,
+        metavar="V",
+        help="clamp every summed gradient element to [-V, V]",
+    )
+    p.add_argument(
+        "--early-stop",
+        type=int,
+        default=None,
+        metavar="PATIENCE",
+        help="stop after PATIENCE epochs without a better validation accuracy (--val-split)",
     )
     p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="L2, all layers")
     p.add_argument(
@@ -205,12 +255,19 @@ def recipe_from_args(args: argparse.Namespace) -> Recipe:
     return Recipe(
         model=args.model,
         dataset=args.dataset,
+        data=args.data,
+        loss=args.loss,
+        metric=args.metric,
         epochs=args.epochs,
         batch_size=args.batch_size,
         optimizer=args.optimizer,
         lr=args.lr,
         momentum=args.momentum,
         warmup_steps=args.warmup_steps,
+        schedule=args.schedule,
+        clip_grad_norm=args.clip_grad_norm,
+        clip_grad_value=args.clip_grad_value,
+        early_stop=args.early_stop,
         weight_decay=args.weight_decay,
         per_layer_weight_decay=parse_layer_decay(args.layer_weight_decay),
         seed=args.seed,
@@ -250,6 +307,11 @@ def resumed_recipe(args: argparse.Namespace) -> Recipe:
     for key in args.explicit & set(given):
         saved[key] = given[key]
     return Recipe.from_dict(saved)
+
+
+def _metric_text(value: float, counts: bool) -> str:
+    """A share of samples as a percentage; another metric (mse) as it is."""
+    return f"{100 * value:.2f}" if counts else f"{value:.5g}"
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -292,27 +354,40 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2))
         return 0
+    metric = recipe.metric_spec()
+    counts = metric.counts
     rows = [
         [
             e.epoch + 1,
             f"{e.train_loss:.4f}",
-            f"{100 * e.train_accuracy:.2f}",
-            "-" if e.test_accuracy is None else f"{100 * e.test_accuracy:.2f}",
+            _metric_text(e.train_accuracy, counts),
+            "-" if e.test_accuracy is None else _metric_text(e.test_accuracy, counts),
             f"{e.seconds:.1f}",
             f"{e.samples_per_second:.0f}",
         ]
         for e in summary.epochs
     ]
     title = (
-        f"{trainer.backend.name} {trainer.backend.version()}: {recipe.model} on {recipe.dataset}"
+        f"{trainer.backend.name} {trainer.backend.version()}: {recipe.model} on "
+        f"{recipe.data or recipe.dataset}"
     )
+    unit = " %" if counts else ""
     _console().print(
         _table(
             title,
-            ["epoch", "train loss", "train acc %", "test acc %", "seconds", "samples/s"],
+            [
+                "epoch",
+                "train loss",
+                f"train {metric.label}{unit}",
+                f"test {metric.label}{unit}",
+                "seconds",
+                "samples/s",
+            ],
             rows,
         )
     )
+    if summary.stop_reason.startswith("early stop"):
+        print(f"polytrain train: {summary.stop_reason}", file=sys.stderr)
     return 0
 
 
@@ -819,13 +894,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Stopped(BaseException):
+    """SIGTERM as an exception, so that cleanups run (a half-written temporary file is
+    removed, a child run is told to stop) before the command exits 128 + SIGTERM."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _sigterm_raises(command: str) -> Iterator[None]:
+    """For commands without a stop of their own (train and launch save, then exit)."""
+    if command not in ("compare", "convert"):
+        yield
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        raise Stopped(signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: signals stay as they are
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     args.explicit = explicit_options(argv, args.subparser)
     try:
-        return int(args.func(args))
+        with _sigterm_raises(args.command):
+            return int(args.func(args))
+    except Stopped as stop:
+        name = signal.Signals(stop.signum).name
+        print(f"polytrain {args.command}: interrupted by {name}", file=sys.stderr)
+        return 128 + stop.signum
     except PolytrainError as exc:
         print(f"polytrain {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -263,7 +263,7 @@ class BatchLoader:
 
         def make(step: int) -> Batch:
             index = self.indices(order, step)
-            return np.take(x, index, axis=0), np.take(y, index)
+            return np.take(x, index, axis=0), np.take(y, index, axis=0)
 
         return EpochIterator(make, range(start_step, len(self)), self.prefetch, epoch)
 

@@ -63,6 +63,7 @@ from polytrain.neutral.models import (
     get_model_spec,
     layer_parameters,
 )
+from polytrain.neutral.spec_file import resolve_model_spec
 
 PathLike = str | os.PathLike[str]
 DTYPES = ("float32", "float64")  # of the float tensors a conversion writes
@@ -688,7 +689,7 @@ def _flat_map_side(fw: str, other: str) -> bool:
 def _spec(model: str | ModelSpec | None) -> ModelSpec | None:
     if model is None or isinstance(model, ModelSpec):
         return model
-    return get_model_spec(model)
+    return resolve_model_spec(model)  # a built-in, pkg.module:factory or a spec file
 
 
 def targets() -> tuple[str, ...]:

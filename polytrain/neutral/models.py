@@ -128,8 +128,8 @@ class ModelSpec:
 
     name: str
     net: Sequential
-    input_shape: tuple[int, int, int] = (1, 28, 28)
-    num_classes: int = 10
+    input_shape: tuple[int, ...] = (1, 28, 28)  # of one sample, e.g. (C, H, W) or (features,)
+    num_classes: int = 10  # outputs per sample: classes, or values of a regression
     init: str = "xavier_uniform"
     init_std: float = 0.01
     has_randomness: bool = False
@@ -138,6 +138,16 @@ class ModelSpec:
     def __post_init__(self) -> None:
         if self.init not in INIT_RULES:
             raise ConfigError(f"Unknown init rule {self.init!r}; use one of {INIT_RULES}.")
+        shape = tuple(self.input_shape)
+        if not shape or not all(isinstance(n, int) and n >= 1 for n in shape):
+            raise ConfigError(f"input_shape must be sizes >= 1 of one sample, got {shape!r}.")
+        object.__setattr__(self, "input_shape", shape)
+        if isinstance(self.num_classes, bool) or not (
+            isinstance(self.num_classes, int) and self.num_classes >= 1
+        ):
+            raise ConfigError(f"num_classes must be an integer >= 1, got {self.num_classes!r}.")
+        if not isinstance(self.net, Sequential):
+            raise ConfigError(f"A model spec's net must be a Sequential, got {self.net!r}.")
 
     # -- walking ----------------------------------------------------------------------------
 
@@ -215,13 +225,13 @@ class ModelSpec:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelSpec:
         try:
-            net = _layer_from_dict(data["net"])
+            net = _layer_from_dict(_as_sequential(data["net"]))
             if not isinstance(net, Sequential):
                 raise ConfigError("A model spec's 'net' must be a Sequential.")
             return cls(
                 name=str(data["name"]),
                 net=net,
-                input_shape=tuple(int(v) for v in data["input_shape"]),  # type: ignore[arg-type]
+                input_shape=tuple(int(v) for v in data["input_shape"]),
                 num_classes=int(data["num_classes"]),
                 init=str(data.get("init", "xavier_uniform")),
                 init_std=float(data.get("init_std", 0.01)),
@@ -295,14 +305,32 @@ def _layer_to_dict(layer: Layer) -> dict[str, Any]:
     return {"type": type(layer).__name__, **asdict(layer)}
 
 
+def _as_sequential(data: Any) -> Any:
+    """A bare list of layers is a Sequential (the short form of spec files)."""
+    return {"type": "Sequential", "layers": data} if isinstance(data, list) else data
+
+
+def _named_layer(entry: Any) -> tuple[str, Layer]:
+    """``[name, {type: ...}]`` or ``{name: ..., type: ...}`` (the file form)."""
+    if isinstance(entry, dict):
+        fields = dict(entry)
+        if "name" not in fields:
+            raise ConfigError(f"A layer entry has no 'name': {entry!r}.")
+        return str(fields.pop("name")), _layer_from_dict(fields)
+    name, child = entry
+    return str(name), _layer_from_dict(_as_sequential(child))
+
+
 def _layer_from_dict(data: dict[str, Any]) -> Layer:
+    if not isinstance(data, dict):
+        raise ConfigError(f"A layer must be a table/object with a 'type', got {data!r}.")
     kind = data.get("type")
     if kind == "Sequential":
-        return Sequential(tuple((str(n), _layer_from_dict(c)) for n, c in data["layers"]))
+        return Sequential(tuple(_named_layer(entry) for entry in data["layers"]))
     if kind == "Residual":
-        body = _layer_from_dict(data["body"])
+        body = _layer_from_dict(_as_sequential(data["body"]))
         short = data.get("shortcut")
-        shortcut = None if short is None else _layer_from_dict(short)
+        shortcut = None if short is None else _layer_from_dict(_as_sequential(short))
         if not isinstance(body, Sequential) or not (
             shortcut is None or isinstance(shortcut, Sequential)
         ):
@@ -311,7 +339,10 @@ def _layer_from_dict(data: dict[str, Any]) -> Layer:
     if kind not in LAYER_TYPES:
         raise ConfigError(f"Unknown layer type {kind!r} in model spec.")
     fields = {k: v for k, v in data.items() if k != "type"}
-    layer: Layer = LAYER_TYPES[kind](**fields)
+    try:
+        layer: Layer = LAYER_TYPES[kind](**fields)
+    except TypeError as exc:
+        raise ConfigError(f"Layer {kind}: {exc} (fields given: {sorted(fields)}).") from None
     return layer
 
 
@@ -468,5 +499,6 @@ def get_model_spec(name: str) -> ModelSpec:
         return MODELS[name]()
     except KeyError:
         raise ConfigError(
-            f"Unknown model {name!r}. Built-in models: {', '.join(MODELS)}."
+            f"Unknown model {name!r}. Built-in models: {', '.join(MODELS)}; or your own: "
+            "pkg.module:factory, or a spec file (.json, .toml)."
         ) from None

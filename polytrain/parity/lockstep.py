@@ -26,7 +26,7 @@ import numpy as np
 from polytrain.backend.base import Backend
 from polytrain.backend.precision import param_dtype
 from polytrain.data import ArrayDataset, BatchLoader
-from polytrain.neutral.models import get_model_spec
+from polytrain.neutral.spec_file import resolve_model_spec as get_model_spec
 from polytrain.plugins.registry import get_backend
 from polytrain.training.recipe import Recipe
 from polytrain.training.step import StepRunner
@@ -120,6 +120,10 @@ class _Runner:
             self.optimizer,
             accumulate=recipe.accumulate,
             precision=recipe.precision,
+            clip_grad_norm=recipe.clip_grad_norm,
+            clip_grad_value=recipe.clip_grad_value,
+            loss=recipe.loss_spec(),
+            metric=recipe.metric_spec(),
         )
 
     def eval_logits(self, params: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
@@ -173,7 +177,7 @@ def lockstep(
     epoch = 0
     while done < steps:
         for x, y in loader.epoch(epoch):
-            lr = recipe.lr_at(done)
+            lr = recipe.lr_at(done, recipe.total_steps(len(loader)))
             ref = runners[reference].step_from(params, opt_state, x, y, lr)
             for name in backends[1:]:
                 got = runners[name].step_from(params, opt_state, x, y, lr)

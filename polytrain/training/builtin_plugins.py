@@ -88,9 +88,13 @@ def lr_policy(recipe: dict[str, Any]) -> str:
     """The learning-rate policy in words, for the run header."""
     name = recipe.get("optimizer", "?")
     warmup = recipe.get("warmup_steps") or 0
-    text = f"{name} lr {recipe.get('lr')} " + (
-        f"(linear warm-up over {warmup} steps)" if warmup else "constant"
-    )
+    schedule = recipe.get("schedule") or "constant"
+    policy = [] if schedule == "constant" and warmup else [schedule]
+    policy += [f"(linear warm-up over {warmup} steps)"] if warmup else []
+    text = f"{name} lr {recipe.get('lr')} " + " ".join(policy)
+    for key in ("clip_grad_norm", "clip_grad_value"):
+        if recipe.get(key):
+            text += f", {key.replace('_', ' ')} {recipe[key]}"
     if name == "momentum":
         text += f", momentum {recipe.get('momentum')}"
     if recipe.get("weight_decay"):

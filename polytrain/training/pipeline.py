@@ -173,6 +173,14 @@ class PipelineBackend:
         finite = [self.inner.unscale_gradients(stage, inv_scale) for stage in model.stages]
         return all(finite)
 
+    def scale_gradients(self, model: PipelineModel, factor: float) -> None:
+        for stage in model.stages:
+            self.inner.scale_gradients(stage, factor)
+
+    def clip_gradients(self, model: PipelineModel, limit: float) -> None:
+        for stage in model.stages:
+            self.inner.clip_gradients(stage, limit)
+
     def grad_norm(self, model: PipelineModel) -> float:
         return math.sqrt(sum(self.inner.grad_norm(stage) ** 2 for stage in model.stages))
 

@@ -9,7 +9,9 @@ from typing import Any
 
 from polytrain.backend.precision import PRECISIONS
 from polytrain.errors import ConfigError
+from polytrain.neutral.losses import LossSpec, MetricSpec, parse_loss, parse_metric
 from polytrain.neutral.optim import OptimizerConfig
+from polytrain.training.schedules import Schedule
 
 SEED_MAX = 2**32 - 1  # numpy's seed range (np.random.default_rng / RandomState)
 
@@ -20,14 +22,21 @@ class Recipe:
     SGD with momentum 0.9, lr 0.05, batch 256, Xavier init (82-85% test accuracy
     after 2 epochs on every backend)."""
 
-    model: str = "lenet"
+    model: str = "lenet"  # a built-in name, pkg.module:factory, or a spec .json/.toml
     dataset: str = "fashion-mnist"
+    data: str | None = None  # an .npz of x_train, y_train[, x_test, y_test]: replaces dataset
+    loss: str | dict[str, Any] = "cross_entropy"  # a name or {"name": ..., options}
+    metric: str | dict[str, Any] = "accuracy"  # accuracy, top_k ({"name": "top_k", "k": 5}), mse
     epochs: int = 2
     batch_size: int = 256
     optimizer: str = "momentum"
     lr: float = 0.05
     momentum: float = 0.9
-    warmup_steps: int = 0  # lr rises linearly over the first N steps (0: constant)
+    warmup_steps: int = 0  # lr rises linearly over the first N steps (0: none)
+    schedule: str = "constant"  # NAME[:KEY=VALUE,...], polytrain.training.schedules
+    clip_grad_norm: float | None = None  # rescale gradients to this global L2 norm at most
+    clip_grad_value: float | None = None  # clamp each gradient element to [-v, v]
+    early_stop: int | None = None  # stop after N epochs without a better val accuracy
     weight_decay: float = 0.0
     per_layer_weight_decay: dict[str, float] = field(default_factory=dict)
     seed: int = 0
@@ -78,12 +87,49 @@ class Recipe:
         _check_float("weight_decay", self.weight_decay, ">= 0", lambda v: v >= 0)
         _check_float("val_split", self.val_split, "in [0, 1)", lambda v: 0 <= v < 1)
         self.optimizer_config()  # validates optimizer name, lr, decay
+        self.loss_spec()
+        self.metric_spec()
+        self._check_schedule_and_clipping()
 
-    def lr_at(self, step: int) -> float:
-        """Learning rate of optimizer step ``step`` (0-based): linear warm-up, then constant."""
-        if step < self.warmup_steps:
-            return self.lr * (step + 1) / self.warmup_steps
-        return self.lr
+    def _check_schedule_and_clipping(self) -> None:
+        self.schedule = str(Schedule.parse(self.schedule))  # canonical; one line if malformed
+        min_lr = self.lr_schedule().params.get("min_lr", 0.0)  # checks warmup_steps with it
+        if isinstance(min_lr, float) and min_lr > self.lr:
+            raise ConfigError(f"--schedule {self.schedule}: min_lr must be <= --lr {self.lr}.")
+        for name in ("clip_grad_norm", "clip_grad_value"):
+            if getattr(self, name) is not None:
+                _check_float(name, getattr(self, name), "> 0", lambda v: v > 0)
+        if self.early_stop is not None:
+            if isinstance(self.early_stop, bool) or not isinstance(self.early_stop, int):
+                raise ConfigError(f"--early-stop must be an integer >= 1, got {self.early_stop!r}.")
+            if self.early_stop < 1:
+                raise ConfigError(f"--early-stop must be an integer >= 1, got {self.early_stop}.")
+            if not self.val_split:
+                raise ConfigError(
+                    f"--early-stop {self.early_stop} watches the validation accuracy: add "
+                    "--val-split (e.g. 0.1) to hold out a validation set."
+                )
+
+    def lr_schedule(self) -> Schedule:
+        """The schedule of ``schedule``, with ``warmup_steps`` as its warm-up."""
+        return Schedule.parse(self.schedule).with_warmup(self.warmup_steps)
+
+    def total_steps(self, steps_per_epoch: int) -> int:
+        """Optimizer steps of the whole run (``max_steps`` caps each epoch)."""
+        return self.epochs * min(steps_per_epoch, self.max_steps or steps_per_epoch)
+
+    def lr_at(self, step: int, total_steps: int | None = None) -> float:
+        """Learning rate of optimizer step ``step`` (0-based) under the schedule; cosine and
+        onecycle without ``total=`` in the schedule need the run's ``total_steps``."""
+        return self.lr_schedule().resolve(total_steps).lr_at(step, self.lr)
+
+    def loss_spec(self) -> LossSpec:
+        """The recipe's loss (polytrain.neutral.losses)."""
+        return parse_loss(self.loss)
+
+    def metric_spec(self) -> MetricSpec:
+        """The recipe's metric, reported as the epochs' train/test accuracy fields."""
+        return parse_metric(self.metric)
 
     def optimizer_config(self) -> OptimizerConfig:
         return OptimizerConfig(

@@ -6,11 +6,13 @@ backward, gradients are summed over replicas (and processes), then one update. S
 processes x micro-batches equals one device on the whole batch (the global-batch gradient
 contract in docs/architecture.md). Under mixed precision
 (:mod:`polytrain.backend.precision`) forward passes run in autocast, and with fp16 the loss
-is scaled and a step with inf/nan gradients is skipped.
+is scaled and a step with inf/nan gradients is skipped. Gradient clipping (by value, then
+by global norm) acts on the summed, unscaled gradients, just before the update.
 """
 
 from __future__ import annotations
 
+import math
 import signal
 from dataclasses import dataclass
 from typing import Any
@@ -20,9 +22,12 @@ import numpy as np
 from polytrain.backend.base import Backend, Model
 from polytrain.backend.precision import param_dtype
 from polytrain.errors import ConfigError
+from polytrain.neutral.losses import LossSpec, MetricSpec, metric_sum
 from polytrain.neutral.optim import Optimizer
 from polytrain.neutral.sharding import shard_bounds
 from polytrain.training.mixed_precision import MixedPrecision
+
+CLIP_EPS = 1e-6  # PyTorch's clip_grad_norm_: max_norm / (total_norm + 1e-6)
 
 
 @dataclass
@@ -30,7 +35,7 @@ class StepResult:
     """Sums over the global batch of one step (all processes), on the host."""
 
     loss_sum: float
-    correct: int
+    correct: float  # the metric summed over the samples (a count for accuracy and top_k)
     samples: int
     skipped: bool = False  # fp16: a gradient was inf/nan, so no update (the scale backed off)
     stop_signal: int = 0  # a stop signal some process received: every process stops here
@@ -47,7 +52,15 @@ class StepRunner:
         *,
         accumulate: int = 1,
         precision: str = "fp32",
+        loss: LossSpec | None = None,
+        metric: MetricSpec | None = None,
+        clip_grad_norm: float | None = None,
+        clip_grad_value: float | None = None,
     ) -> None:
+        self.clip_grad_norm = clip_grad_norm
+        self.clip_grad_value = clip_grad_value
+        self.loss = loss or LossSpec()
+        self.metric = metric or MetricSpec()
         self.backend = backend
         self.model = model
         self.optimizer = optimizer
@@ -85,21 +98,22 @@ class StepRunner:
             with b.record(), mp.autocast():
                 for i, (xi, yi) in enumerate(zip(xs, ys, strict=True)):
                     logits = b.forward(model, xi, replica=i, train=True)
-                    shard_losses.append(b.cross_entropy(logits, yi, "sum"))
-                    corrects.append(b.count_correct(logits, yi))
+                    shard_losses.append(b.loss(logits, yi, self.loss, "sum"))
+                    corrects.append(self._metric(logits, yi))
             for loss in shard_losses:
                 b.backward(b.scale_loss(loss, denominator, mp.loss_scale))
             losses.extend(shard_losses)
         b.sync_gradients(model)
         loss_sum = sum(float(b.to_numpy(v)) for v in losses)
-        correct = sum(int(b.to_numpy(c)) for c in corrects)
+        correct = self._metric_total(corrects)
         total = len(x)
         if b.world_size > 1:  # report the global batch, as one process would
             asks = [float(stop_signal == signal.SIGTERM), float(stop_signal == signal.SIGINT)]
             loss_sum, all_correct, all_total, terms, ints = b.allreduce_numbers(
                 [loss_sum, correct, len(x), *asks]
             )
-            correct, total = round(all_correct), round(all_total)
+            correct = round(all_correct) if self.metric.counts else all_correct
+            total = round(all_total)
             stop_signal = signal.SIGTERM if terms else signal.SIGINT if ints else 0
         if not np.isfinite(loss_sum) and mp.scaler is None:
             # no update from a non-finite loss: the weights stay the last good ones, so the
@@ -107,11 +121,38 @@ class StepRunner:
             return StepResult(loss_sum, correct, total, skipped=True, stop_signal=stop_signal)
         skipped = not mp.unscale(model)
         if not skipped:
+            self.clip_gradients()
             self.optimizer.step()
         return StepResult(loss_sum, correct, total, skipped, stop_signal)
 
-    def eval_batch(self, x: np.ndarray, y: np.ndarray) -> tuple[int, int]:
-        """(correct, samples) of one evaluation batch, split over the devices."""
+    def _metric(self, outputs: Any, targets: Any) -> Any:
+        """The metric's sum over a shard: accuracy by the backend's verb (no copy of the
+        outputs), the others by the numpy definition of :mod:`polytrain.neutral.losses`."""
+        b = self.backend
+        if self.metric.name == "accuracy":
+            return b.count_correct(outputs, targets)
+        return metric_sum(self.metric, b.to_numpy(outputs), b.to_numpy(targets))
+
+    def _metric_total(self, sums: list[Any]) -> float:
+        values = [v if isinstance(v, float) else float(self.backend.to_numpy(v)) for v in sums]
+        return round(sum(values)) if self.metric.counts else sum(values)
+
+    def clip_gradients(self) -> None:
+        """Clip the summed gradients, as PyTorch's clip_grad_value_ then clip_grad_norm_:
+        each element to [-v, v]; then every gradient times ``clip_grad_norm / (norm + 1e-6)``
+        of the global L2 norm, where that is below 1. A non-finite norm leaves the gradients
+        as they are (the health check reports the step)."""
+        b, model = self.backend, self.model
+        if self.clip_grad_value is not None:
+            b.clip_gradients(model, self.clip_grad_value)
+        if self.clip_grad_norm is not None:
+            norm = b.grad_norm(model)
+            coef = self.clip_grad_norm / (norm + CLIP_EPS)
+            if math.isfinite(norm) and coef < 1:
+                b.scale_gradients(model, coef)
+
+    def eval_batch(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+        """(the metric's sum, samples) of one evaluation batch, split over the devices."""
         b, model = self.backend, self.model
         x = self._cast(x)
         n = min(len(x), model.num_devices)
@@ -119,10 +160,10 @@ class StepRunner:
         xs, ys = b.split_and_load(x, devices), b.split_and_load(y, devices)
         with self.mixed_precision.autocast():
             counts = [
-                b.count_correct(b.forward(model, xi, replica=i, train=False), yi)
+                self._metric(b.forward(model, xi, replica=i, train=False), yi)
                 for i, (xi, yi) in enumerate(zip(xs, ys, strict=True))
             ]
-        return sum(int(b.to_numpy(c)) for c in counts), len(x)
+        return self._metric_total(counts), len(x)
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Eval-mode logits of replica 0 as numpy."""

@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ import numpy as np
 from polytrain.backend.base import Backend, BackendOptions
 from polytrain.backend.precision import param_dtype
 from polytrain.data import ArrayDataset, BatchLoader, load_dataset
+from polytrain.data.arrays import as_split, load_npz
 from polytrain.distributed.cluster import ClusterInfo
 from polytrain.distributed.cluster import resolve as resolve_cluster
 from polytrain.distributed.watchdog import Watchdog
@@ -34,7 +35,13 @@ from polytrain.errors import (
     OutputError,
     PolytrainError,
 )
-from polytrain.io.checkpoint import Checkpoint, CheckpointManager, find_checkpoint, load_checkpoint
+from polytrain.io.checkpoint import (
+    Checkpoint,
+    CheckpointManager,
+    find_checkpoint,
+    load_checkpoint,
+    read_manifest,
+)
 from polytrain.io.run_dir import (
     CURVES_FILE,
     METRICS_FILE,
@@ -43,12 +50,15 @@ from polytrain.io.run_dir import (
     os_error_line,
     writable_dir,
 )
-from polytrain.neutral.models import ModelSpec, get_model_spec
+from polytrain.neutral.losses import check_targets
+from polytrain.neutral.models import ModelSpec
 from polytrain.neutral.sharding import share_bounds
+from polytrain.neutral.spec_file import is_spec_reference, resolve_model_spec
 from polytrain.plugins.records import EpochRecord, RunInfo, StepRecord, Summary
 from polytrain.plugins.registry import cluster_environments, get_backend, make_plugin_manager
 from polytrain.training.builtin_plugins import JsonlLogger, ProgressBar
 from polytrain.training.curves import CurvesPlot, TensorBoardLogger
+from polytrain.training.early_stopping import early_stop_reason
 from polytrain.training.health import (
     DEFAULT_MAX_LOSS_GROWTH,
     DEFAULT_MAX_SKIPPED,
@@ -76,16 +86,30 @@ class Datasets:
         return {k: dict(d.origin) for k, d in parts.items() if d is not None and d.origin}
 
 
-def load_datasets(recipe: Recipe) -> Datasets:
-    """Train/test (and validation) datasets of a recipe, cut to its sample limits."""
-    train = load_dataset(recipe.dataset, "train", data_dir=recipe.data_dir)
-    test = load_dataset(recipe.dataset, "test", data_dir=recipe.data_dir)
+def load_datasets(recipe: Recipe, spec: ModelSpec | None = None) -> Datasets:
+    """Train/test (and validation) datasets of a recipe, cut to its sample limits: the
+    ``data`` .npz (checked against ``spec``, default the recipe's model), else the named
+    dataset."""
+    train: ArrayDataset
+    test: ArrayDataset | None
+    if recipe.data is not None:
+        spec = spec or resolve_model_spec(recipe.model)
+        splits = load_npz(recipe.data, spec, recipe.loss_spec(), recipe.metric_spec())
+        train, test = splits["train"], splits.get("test")
+    else:
+        train = load_dataset(recipe.dataset, "train", data_dir=recipe.data_dir)
+        test = load_dataset(recipe.dataset, "test", data_dir=recipe.data_dir)
+    return cut_datasets(recipe, train, test)
+
+
+def cut_datasets(recipe: Recipe, train: ArrayDataset, test: ArrayDataset | None) -> Datasets:
+    """The recipe's validation split and sample limits applied."""
     val = None
     if recipe.val_split:
         train, val = train.split(recipe.val_split, seed=recipe.seed)
     if recipe.train_samples:
         train = train.subset(min(recipe.train_samples, len(train)))
-    if recipe.test_samples:
+    if recipe.test_samples and test is not None:
         test = test.subset(min(recipe.test_samples, len(test)))
     return Datasets(train, test, val)
 
@@ -101,7 +125,7 @@ class Trainer:
         out_dir: str | Path | None = None,
         plugins: Iterable[object] = (),
         progress: bool | None = None,
-        datasets: Datasets | None = None,
+        datasets: Datasets | Mapping[str, Any] | Any = None,  # see as_datasets
         threads: int | None = None,
         cluster_info: ClusterInfo | None = None,
         timeout: float = 120.0,
@@ -156,7 +180,7 @@ class Trainer:
         out_dir: str | Path | None,
         plugins: Iterable[object],
         progress: bool | None,
-        datasets: Datasets | None,
+        datasets: Datasets | Mapping[str, Any] | Any,
         threads: int | None,
         timeout: float,
         resume: str | Path | None,
@@ -177,8 +201,8 @@ class Trainer:
             backend = pipeline_backend(backend, recipe.pipeline_split)
         self.backend = backend
         self.out_dir = Path(out_dir) if out_dir else None
-        self.spec: ModelSpec = get_model_spec(recipe.model)
-        self.data = datasets or load_datasets(recipe)
+        self.spec: ModelSpec = model_spec_for(recipe, resume)
+        self.data = as_datasets(datasets, recipe, self.spec)
         self.pm = make_plugin_manager()  # hooks run on every rank; plugins check run.is_main
         self.pm.register(ProgressBar(progress), name="polytrain.progress")
         if self.out_dir is not None:
@@ -192,7 +216,7 @@ class Trainer:
             self.pm.register(plugin)
 
         b = self.backend
-        self.devices = b.devices(recipe.devices)
+        self.devices = b.devices(recipe.devices, cluster=self.cluster)  # gpu: this rank's
         self.timeout = timeout
         self.watchdog: Watchdog | None = None
         if self.cluster.is_distributed:
@@ -208,6 +232,10 @@ class Trainer:
                 self.optimizer,
                 accumulate=recipe.accumulate,
                 precision=recipe.precision,
+                loss=recipe.loss_spec(),
+                metric=recipe.metric_spec(),
+                clip_grad_norm=recipe.clip_grad_norm,
+                clip_grad_value=recipe.clip_grad_value,
             )
             self.loader = BatchLoader(
                 self.data.train,
@@ -218,6 +246,7 @@ class Trainer:
                 world_size=b.world_size,
                 prefetch=2,
             )
+            self.schedule = recipe.lr_schedule().resolve(recipe.total_steps(len(self.loader)))
             self.epoch = 0
             self.global_step = 0
             self.history: list[EpochRecord] = []
@@ -245,7 +274,7 @@ class Trainer:
             backend=b.name,
             framework_version=b.version(),
             model=r.model,
-            dataset=r.dataset,
+            dataset=r.data or r.dataset,
             devices=[b.device_name(d) for d in self.devices],
             epochs=r.epochs,
             steps_per_epoch=steps,
@@ -274,7 +303,7 @@ class Trainer:
         except OSError as exc:
             if exc.filename is None and exc.errno not in OUTPUT_ERRNOS:
                 raise
-            raise OutputError(os_error_line(exc, self._resume_hint())) from exc
+            raise OutputError(os_error_line(exc, self._resume_hint(), self.out_dir)) from exc
         finally:
             if self.watchdog is not None:
                 self.watchdog.stop()
@@ -330,7 +359,11 @@ class Trainer:
                 self.partial = EpochProgress()
                 self.save_checkpoint()
                 hook.polytrain_epoch_end(run=run, epoch=record)
-            if stop_reason == "completed" and (problem := self.health.skipped_problem()):
+                if reason := self._early_stop():
+                    stop_reason = reason
+                    break
+            ended = not stop_reason.startswith("interrupted")  # completed or early stop
+            if ended and (problem := self.health.skipped_problem()):
                 raise DivergedError(
                     f"The run ended, but {problem.reason}. Use --precision bf16 or fp32, or lower "
                     f"--lr. Skipped steps change no weights: the checkpoints are kept."
@@ -351,6 +384,16 @@ class Trainer:
             hook.polytrain_train_end(run=run, summary=summary)
         return summary
 
+    def _early_stop(self) -> str | None:
+        """The early-stop reason after this epoch, if any (:mod:`.early_stopping`)."""
+        metric = self.recipe.metric_spec()
+        return early_stop_reason(
+            self.history,
+            self.recipe.early_stop,
+            lower_is_better=metric.name == "mse",  # the one error metric; the rest are rates
+            label=metric.label,
+        )
+
     def train_epoch(self, run: RunInfo) -> EpochRecord | None:
         """Train (the rest of) the current epoch and evaluate; None if a signal stopped it."""
         b, r, p = self.backend, self.recipe, self.partial
@@ -366,7 +409,8 @@ class Trainer:
                     self.global_step + 1
                 )
                 outputs = self._layer_outputs(x) if inspecting else []
-                self.optimizer.set_lr(r.lr_at(self.global_step))  # backends apply changes only
+                # backends apply changes only
+                self.optimizer.set_lr(self.schedule.lr_at(self.global_step, r.lr))
                 result = self.runner.train_step(
                     x, y, global_count=sizes[step], stop_signal=self._stop_signal or 0
                 )
@@ -546,7 +590,8 @@ class Trainer:
         n = len(dataset)
         lo, hi = share_bounds(n, b.world_size, b.rank)
         x, y = dataset.x, dataset.y
-        correct = total = 0
+        correct: float = 0
+        total = 0
         for start in range(lo, hi, batch_size):
             stop = min(start + batch_size, hi)
             c, m = self.runner.eval_batch(x[start:stop], y[start:stop])
@@ -569,7 +614,7 @@ class EpochProgress:
 
     step: int = 0
     loss_sum: float = 0.0
-    correct: int = 0
+    correct: float = 0  # the metric's sum (a count for accuracy)
     seen: int = 0
     seconds: float = 0.0
 
@@ -594,6 +639,50 @@ def check_resumable(saved: dict[str, Any], recipe: Recipe) -> None:
             "Cannot resume with a different recipe (" + "; ".join(changed) + "). Keep these "
             "values (the checkpoint's recipe is the default on --resume), or start a new run."
         )
+
+
+def model_spec_for(recipe: Recipe, resume: str | Path | None) -> ModelSpec:
+    """The recipe's model; on resume, a user model (factory or file) is the spec the
+    checkpoint stores, so a run resumes without the factory or the file."""
+    if resume is not None and is_spec_reference(recipe.model):
+        saved = (read_manifest(find_checkpoint(resume)).get("model") or {}).get("spec")
+        if saved:
+            return ModelSpec.from_dict(saved)
+    return resolve_model_spec(recipe.model)
+
+
+def as_datasets(data: Any, recipe: Recipe, spec: ModelSpec) -> Datasets:
+    """``Trainer(datasets=...)``: a :class:`Datasets`, or ``{"train": ..., "test": ...,
+    "val": ...}`` (``test``/``val`` optional) of ``(x, y)`` array pairs, ArrayDatasets or
+    indexable objects of ``(x, y)`` samples (:mod:`polytrain.data.arrays`), or one such
+    value (the training set); None: the recipe's own data. Targets must suit the loss."""
+    loss, metric = recipe.loss_spec(), recipe.metric_spec()
+    if data is None:
+        found = load_datasets(recipe, spec)
+    elif isinstance(data, Datasets):
+        found = data
+    else:
+        parts = dict(data) if isinstance(data, dict) else {"train": data}
+        unknown = sorted(set(parts) - {"train", "test", "val"})
+        if unknown or "train" not in parts:
+            raise ConfigError(
+                f"datasets= takes the keys train (required), test and val; got {sorted(parts)}."
+            )
+        split = {
+            k: as_split(v, spec, loss, metric, f"datasets[{k!r}]")
+            for k, v in parts.items()
+            if v is not None
+        }
+        found = cut_datasets(recipe, split["train"], split.get("test"))
+        if "val" in split:
+            if found.val is not None:
+                raise ConfigError("datasets= has a 'val' split and the recipe a --val-split: one.")
+            found.val = split["val"]
+    for name, part in (("train", found.train), ("test", found.test), ("val", found.val)):
+        if part is not None:
+            where = part.source or f"the {name} set"
+            check_targets(loss, metric, part.y, spec.num_classes, where)
+    return found
 
 
 def peak_rss_mb() -> float | None:

@@ -1,0 +1,50 @@
+"""The named losses of :mod:`polytrain.neutral.losses` with paddle's functions.
+
+Cross-entropy with smoothing or class weights is written from ``log_softmax`` and a one-hot
+of the labels (the reference's formula), so that the per-sample value is PyTorch's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import paddle
+import paddle.nn.functional as F
+
+from polytrain.errors import BackendError
+from polytrain.neutral.losses import LossSpec
+
+
+def _reduce(per_sample: Any, reduction: str) -> Any:
+    if reduction == "none":
+        return per_sample
+    if reduction == "sum":
+        return per_sample.sum()
+    if reduction == "mean":
+        return per_sample.sum() / per_sample.shape[0]
+    raise BackendError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}.")
+
+
+def named_loss(outputs: Any, targets: Any, spec: LossSpec, reduction: str) -> Any:
+    """Per sample the mean over its output elements; then ``reduction`` over samples."""
+    if outputs.dtype in (paddle.float16, paddle.bfloat16):  # mixed precision: an fp32 loss
+        outputs = outputs.astype("float32")
+    n = outputs.shape[0]
+    if spec.class_targets:
+        classes = outputs.shape[1]
+        logp = F.log_softmax(outputs, axis=1)
+        onehot = F.one_hot(targets.reshape([-1]), classes).astype(outputs.dtype)
+        eps = spec.label_smoothing
+        coef = (1.0 - eps) * onehot + eps / classes
+        if spec.class_weights is not None:
+            weights = paddle.to_tensor(spec.class_weights, dtype=outputs.dtype)
+            coef = coef * weights.reshape([1, classes])
+        return _reduce(-(coef * logp).sum(axis=1), reduction)
+    z = outputs.reshape([n, -1])
+    t = targets.astype(z.dtype).reshape(z.shape)
+    if spec.name == "mse":
+        elements = F.mse_loss(z, t, reduction="none")
+    elif spec.name == "l1":
+        elements = F.l1_loss(z, t, reduction="none")
+    else:
+        elements = F.binary_cross_entropy_with_logits(z, t, reduction="none")
+    return _reduce(elements.mean(axis=1), reduction)

@@ -1,0 +1,49 @@
+"""The named losses of :mod:`polytrain.neutral.losses` with torch's own functions."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from polytrain.errors import BackendError
+from polytrain.neutral.losses import LossSpec
+
+
+def _reduce(per_sample: torch.Tensor, reduction: str) -> torch.Tensor:
+    if reduction == "none":
+        return per_sample
+    if reduction == "sum":
+        return per_sample.sum()
+    if reduction == "mean":
+        return per_sample.sum() / per_sample.shape[0]
+    raise BackendError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}.")
+
+
+def named_loss(
+    outputs: torch.Tensor, targets: torch.Tensor, spec: LossSpec, reduction: str
+) -> torch.Tensor:
+    """Per sample the mean over its output elements; then ``reduction`` over samples."""
+    if outputs.dtype in (torch.float16, torch.bfloat16):  # mixed precision: an fp32 loss
+        outputs = outputs.float()
+    n = outputs.shape[0]
+    if spec.class_targets:
+        weight = None
+        if spec.class_weights is not None:
+            weight = torch.tensor(spec.class_weights, dtype=outputs.dtype, device=outputs.device)
+        per = F.cross_entropy(
+            outputs,
+            targets.reshape(-1),
+            weight=weight,
+            label_smoothing=spec.label_smoothing,
+            reduction="none",
+        )
+        return _reduce(per, reduction)
+    z = outputs.reshape(n, -1)
+    t = targets.to(z.dtype).reshape(z.shape)
+    if spec.name == "mse":
+        elements = F.mse_loss(z, t, reduction="none")
+    elif spec.name == "l1":
+        elements = F.l1_loss(z, t, reduction="none")
+    else:
+        elements = F.binary_cross_entropy_with_logits(z, t, reduction="none")
+    return _reduce(elements.mean(dim=1), reduction)

@@ -1,0 +1,43 @@
+"""The neutral layer set, to declare your own model (see docs/user-models.md)::
+
+from polytrain import ModelSpec
+from polytrain.layers import Flatten, Linear, ReLU, seq
+
+spec = ModelSpec("tiny", seq(("flatten", Flatten()), ("fc", Linear(784, 10))))
+"""
+
+from __future__ import annotations
+
+from polytrain.neutral.models import (
+    LAYER_TYPES,
+    AvgPool2d,
+    BatchNorm2d,
+    Conv2d,
+    Dropout,
+    Flatten,
+    GlobalAvgPool2d,
+    Layer,
+    Linear,
+    MaxPool2d,
+    ReLU,
+    Residual,
+    Sequential,
+    seq,
+)
+
+__all__ = [
+    "LAYER_TYPES",
+    "AvgPool2d",
+    "BatchNorm2d",
+    "Conv2d",
+    "Dropout",
+    "Flatten",
+    "GlobalAvgPool2d",
+    "Layer",
+    "Linear",
+    "MaxPool2d",
+    "ReLU",
+    "Residual",
+    "Sequential",
+    "seq",
+]

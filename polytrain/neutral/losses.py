@@ -1,0 +1,287 @@
+"""Losses and metrics by name, with their numpy references (the canonical definitions).
+
+A loss is a :class:`LossSpec` (``cross_entropy`` with ``label_smoothing`` and
+``class_weights``, ``mse``, ``l1``, ``bce_with_logits``); a metric a :class:`MetricSpec`
+(``accuracy``, ``top_k`` with ``k``, ``mse``). Every backend's ``Backend.loss`` verb must
+match :func:`loss_reference` in value and :func:`loss_grad_reference` in gradient; metrics
+are computed once, here, on the host (accuracy through the backend's ``count_correct``).
+
+Per sample, a loss is a *mean over the sample's output elements*; a batch's loss is the sum
+of its samples' (the step divides by the global batch size). So ``mse``, ``l1`` and
+``bce_with_logits`` equal PyTorch's ``reduction="mean"`` over the batch, and
+``cross_entropy`` equals PyTorch's ``reduction="sum"`` divided by the batch size: with
+class weights that is *not* PyTorch's weighted mean, which divides by the sum of the
+labels' weights and so could not be summed over shards and processes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from polytrain.errors import ConfigError, DataError
+
+LOSSES = ("cross_entropy", "mse", "l1", "bce_with_logits")
+METRICS = ("accuracy", "top_k", "mse")
+CLASS_TARGETS = ("cross_entropy",)  # losses of integer class labels; the rest take floats
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """A loss by name. ``label_smoothing`` and ``class_weights`` apply to cross_entropy."""
+
+    name: str = "cross_entropy"
+    label_smoothing: float = 0.0
+    class_weights: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.name not in LOSSES:
+            raise ConfigError(f"Unknown loss {self.name!r}; use one of {', '.join(LOSSES)}.")
+        if not (
+            isinstance(self.label_smoothing, int | float) and 0.0 <= self.label_smoothing < 1.0
+        ):
+            raise ConfigError(
+                f"label_smoothing must be a number in [0, 1), got {self.label_smoothing!r}."
+            )
+        if self.name != "cross_entropy" and (self.label_smoothing or self.class_weights):
+            raise ConfigError(
+                f"Loss {self.name!r} takes no label_smoothing or class_weights "
+                "(they belong to cross_entropy)."
+            )
+        if self.class_weights is not None:
+            weights = tuple(self.class_weights)
+            if not weights or not all(
+                isinstance(w, int | float) and math.isfinite(w) and w >= 0 for w in weights
+            ):
+                raise ConfigError(
+                    f"class_weights must be finite numbers >= 0, one per class; got {weights!r}."
+                )
+            object.__setattr__(self, "class_weights", tuple(float(w) for w in weights))
+
+    @property
+    def plain(self) -> bool:
+        """Cross-entropy without smoothing or weights (the ``cross_entropy`` verb)."""
+        return self.name == "cross_entropy" and not self.label_smoothing and not self.class_weights
+
+    @property
+    def class_targets(self) -> bool:
+        return self.name in CLASS_TARGETS
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["class_weights"] = None if self.class_weights is None else list(self.class_weights)
+        return out
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A metric by name; ``k`` is top_k's. Reported as the mean over samples."""
+
+    name: str = "accuracy"
+    k: int = field(default=5)
+
+    def __post_init__(self) -> None:
+        if self.name not in METRICS:
+            raise ConfigError(f"Unknown metric {self.name!r}; use one of {', '.join(METRICS)}.")
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+            raise ConfigError(f"top_k's k must be an integer >= 1, got {self.k!r}.")
+
+    @property
+    def counts(self) -> bool:
+        """Whether a batch's sum is a count of samples (integer)."""
+        return self.name != "mse"
+
+    @property
+    def class_targets(self) -> bool:
+        return self.name != "mse"
+
+    @property
+    def label(self) -> str:
+        return f"top-{self.k}" if self.name == "top_k" else self.name
+
+
+def _parse(value: object, what: str) -> dict[str, Any]:
+    """A name, a JSON object text, or a mapping -> a dict with ``name``."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("{"):
+            try:
+                value = json.loads(text)
+            except ValueError as exc:
+                raise ConfigError(f"--{what} {text!r} is not valid JSON: {exc}.") from None
+        else:
+            return {"name": text}
+    if not isinstance(value, dict) or "name" not in value:
+        raise ConfigError(f"--{what} must be a name or a JSON object with a 'name', got {value!r}.")
+    return dict(value)
+
+
+def parse_loss(value: object) -> LossSpec:
+    """``"mse"``, ``'{"name": "cross_entropy", "label_smoothing": 0.1}'`` or such a dict."""
+    if isinstance(value, LossSpec):
+        return value
+    data = _parse(value, "loss")
+    if isinstance(data.get("class_weights"), list):
+        data["class_weights"] = tuple(data["class_weights"])
+    try:
+        return LossSpec(**data)
+    except TypeError as exc:
+        raise ConfigError(
+            f"--loss {value!r}: {exc}; the options are label_smoothing and class_weights."
+        ) from None
+
+
+def parse_metric(value: object) -> MetricSpec:
+    """``"accuracy"``, ``'{"name": "top_k", "k": 3}'`` or such a dict."""
+    if isinstance(value, MetricSpec):
+        return value
+    try:
+        return MetricSpec(**_parse(value, "metric"))
+    except TypeError as exc:
+        raise ConfigError(f"--metric {value!r}: {exc}; top_k takes k.") from None
+
+
+# -- numpy references --------------------------------------------------------------------------
+
+
+def _flat(outputs: np.ndarray) -> np.ndarray:
+    return np.asarray(outputs, dtype=np.float64).reshape(len(outputs), -1)
+
+
+def _float_targets(outputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    t = np.asarray(targets, dtype=np.float64)
+    if t.size != np.asarray(outputs).size:
+        raise DataError(
+            f"targets of shape {t.shape} do not match outputs of shape {np.shape(outputs)}."
+        )
+    return t.reshape(len(t), -1)
+
+
+def _smoothed_coefficients(spec: LossSpec, labels: np.ndarray, classes: int) -> np.ndarray:
+    """``a[i, c]``: the loss of sample i is ``-sum_c a[i, c] * log_softmax(z_i)[c]``."""
+    w = np.ones(classes) if spec.class_weights is None else np.asarray(spec.class_weights)
+    if len(w) != classes:
+        raise ConfigError(f"class_weights has {len(w)} entries for {classes} classes.")
+    onehot = np.zeros((len(labels), classes))
+    onehot[np.arange(len(labels)), labels] = 1.0
+    eps = spec.label_smoothing
+    return (1.0 - eps) * onehot * w + (eps / classes) * w
+
+
+def _log_softmax(z: np.ndarray) -> np.ndarray:
+    shifted = z - z.max(axis=1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+
+
+def loss_per_sample(spec: LossSpec, outputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """Float64 loss of each sample (the canonical definition, see the module docstring)."""
+    z = _flat(outputs)
+    if spec.class_targets:
+        labels = np.asarray(targets).reshape(-1).astype(np.int64)
+        a = _smoothed_coefficients(spec, labels, z.shape[1])
+        return np.asarray(-(a * _log_softmax(z)).sum(axis=1))
+    t = _float_targets(outputs, targets)
+    if spec.name == "mse":
+        return np.asarray(((z - t) ** 2).mean(axis=1))
+    if spec.name == "l1":
+        return np.asarray(np.abs(z - t).mean(axis=1))
+    # bce_with_logits, in the stable form max(z, 0) - z t + log(1 + exp(-|z|))
+    return np.asarray((np.maximum(z, 0) - z * t + np.log1p(np.exp(-np.abs(z)))).mean(axis=1))
+
+
+def loss_reference(
+    spec: LossSpec, outputs: np.ndarray, targets: np.ndarray, reduction: str = "sum"
+) -> np.ndarray:
+    """The loss reduced by ``"sum"``, ``"mean"`` (the sum over the number of samples) or
+    ``"none"`` (per sample), in float64."""
+    per = loss_per_sample(spec, outputs, targets)
+    if reduction == "none":
+        return per
+    if reduction == "sum":
+        return np.asarray(per.sum())
+    if reduction == "mean":
+        return np.asarray(per.sum() / len(per))
+    raise ConfigError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}.")
+
+
+def loss_grad_reference(spec: LossSpec, outputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """d(sum of the per-sample losses)/d(outputs), float64, shaped like ``outputs``."""
+    z = _flat(outputs)
+    if spec.class_targets:
+        labels = np.asarray(targets).reshape(-1).astype(np.int64)
+        a = _smoothed_coefficients(spec, labels, z.shape[1])
+        p = np.exp(_log_softmax(z))
+        grad = p * a.sum(axis=1, keepdims=True) - a
+    else:
+        t = _float_targets(outputs, targets)
+        per_element = 1.0 / z.shape[1]
+        if spec.name == "mse":
+            grad = 2.0 * (z - t) * per_element
+        elif spec.name == "l1":
+            grad = np.sign(z - t) * per_element
+        else:
+            grad = (1.0 / (1.0 + np.exp(-z)) - t) * per_element
+    return grad.reshape(np.shape(outputs))
+
+
+def metric_sum(spec: MetricSpec, outputs: np.ndarray, targets: np.ndarray) -> float:
+    """The metric summed over a batch's samples (its mean is what runs report)."""
+    z = _flat(outputs)
+    if spec.name == "mse":
+        return float(((z - _float_targets(outputs, targets)) ** 2).mean(axis=1).sum())
+    labels = np.asarray(targets).reshape(-1).astype(np.int64)
+    own = z[np.arange(len(z)), labels]
+    if spec.name == "accuracy":
+        return float((z.argmax(axis=1) == labels).sum())
+    # top_k: the label's logit has fewer than k logits strictly above it (ties count as hits)
+    above = (z > own[:, None]).sum(axis=1)
+    return float((above < spec.k).sum())
+
+
+# -- what the data must look like -------------------------------------------------------------
+
+
+def check_targets(
+    loss: LossSpec, metric: MetricSpec, targets: np.ndarray, outputs: int, where: str
+) -> None:
+    """One line unless ``targets`` fit the loss and metric for ``outputs`` outputs/sample:
+    integer labels ``[N]`` in ``0..outputs-1`` for class losses, else floats ``[N, outputs]``
+    (or ``[N]`` when ``outputs`` is 1)."""
+    y = np.asarray(targets)
+    if loss.class_targets != metric.class_targets:
+        raise ConfigError(
+            f"Loss {loss.name!r} and metric {metric.label!r} want different targets (class "
+            "labels vs. float values): pick a metric of the same kind (accuracy/top_k for "
+            "cross_entropy, mse for the others)."
+        )
+    if loss.class_targets:
+        if y.ndim != 1 or y.dtype.kind not in "iu":
+            raise DataError(
+                f"{where}: loss {loss.name} needs integer class labels [N]; got {y.dtype} "
+                f"with shape {y.shape}."
+            )
+        low, high = (int(y.min()), int(y.max())) if len(y) else (0, 0)
+        if low < 0 or high >= outputs:
+            raise DataError(
+                f"{where}: labels range over {low}..{high}, but the model has {outputs} "
+                f"outputs (classes 0..{outputs - 1}): set the spec's num_classes."
+            )
+        if loss.class_weights is not None and len(loss.class_weights) != outputs:
+            raise ConfigError(
+                f"class_weights has {len(loss.class_weights)} entries for the model's "
+                f"{outputs} classes."
+            )
+        if metric.name == "top_k" and metric.k > outputs:
+            raise ConfigError(f"top_k's k={metric.k} exceeds the model's {outputs} classes.")
+        return
+    ok_shape = y.shape[1:] == (outputs,) or (outputs == 1 and y.ndim == 1)
+    if y.dtype.kind != "f" or not ok_shape:
+        raise DataError(
+            f"{where}: loss {loss.name} needs float targets [N, {outputs}]"
+            f"{' or [N]' if outputs == 1 else ''} (the model's outputs); got {y.dtype} with "
+            f"shape {y.shape}."
+        )

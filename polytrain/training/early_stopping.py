@@ -1,0 +1,34 @@
+"""Early stopping on the validation metric, a pure function of the run's epoch history
+(which checkpoints hold, so a resumed run stops where an uninterrupted one would)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from polytrain.plugins.records import EpochRecord
+
+
+def early_stop_reason(
+    history: Sequence[EpochRecord],
+    patience: int | None,
+    *,
+    lower_is_better: bool = False,
+    label: str = "accuracy",
+) -> str | None:
+    """Why to stop now, or None: the validation metric (``val_accuracy``; an error such
+    as MSE with ``lower_is_better``) has not beaten its best (strictly; the first epoch
+    that reached it counts) for ``patience`` epochs."""
+    if not patience:
+        return None
+    scores = [e.val_accuracy for e in history if e.val_accuracy is not None]
+    if not scores or len(scores) != len(history):
+        return None
+    best = scores.index(min(scores) if lower_is_better else max(scores))
+    stale = len(scores) - 1 - best
+    if stale < patience:
+        return None
+    return (
+        f"early stop: validation {label} has not improved for {stale} "
+        f"epoch{'s' if stale > 1 else ''} "
+        f"(best {scores[best]:.4f} at epoch {best + 1}, --early-stop {patience})"
+    )

@@ -1,0 +1,146 @@
+"""Losses and metrics by name: each backend's value and gradient w.r.t. the outputs against
+the numpy references of polytrain.neutral.losses, and the metrics through the StepRunner."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from polytrain.errors import ConfigError, DataError
+from polytrain.neutral.losses import (
+    LossSpec,
+    MetricSpec,
+    check_targets,
+    loss_grad_reference,
+    loss_reference,
+    metric_sum,
+    parse_loss,
+    parse_metric,
+)
+from polytrain.neutral.models import Linear, ModelSpec, seq
+from polytrain.plugins.registry import get_backend
+from polytrain.testing.conformance import backends_under_test
+from polytrain.training.step import StepRunner
+
+LOSSES = {
+    "ce": LossSpec(),
+    "ce-smooth": LossSpec(label_smoothing=0.1),
+    "ce-weights": LossSpec(class_weights=(1.0, 2.0, 0.5, 3.0)),
+    "ce-smooth-weights": LossSpec(label_smoothing=0.2, class_weights=(1.0, 2.0, 0.5, 3.0)),
+    "mse": LossSpec("mse"),
+    "l1": LossSpec("l1"),
+    "bce": LossSpec("bce_with_logits"),
+}
+TOL = {"float32": (2e-5, 2e-6), "float64": (1e-10, 1e-12)}  # rtol, atol
+
+
+def _case(spec: LossSpec, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(3)
+    outputs = rng.standard_normal((6, 4)).astype(dtype)
+    if spec.class_targets:
+        return outputs, rng.integers(0, 4, 6).astype(np.int64)
+    if spec.name == "bce_with_logits":
+        return outputs, rng.random((6, 4)).astype(np.float32)
+    return outputs, rng.standard_normal((6, 4)).astype(np.float32)
+
+
+@pytest.fixture(scope="module", params=backends_under_test())
+def backend(request: pytest.FixtureRequest) -> Any:
+    return get_backend(request.param)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", list(LOSSES))
+def test_loss_value_and_gradient_match_numpy(backend: Any, name: str, dtype: str) -> None:
+    spec = LOSSES[name]
+    outputs, targets = _case(spec, dtype)
+    rtol, atol = TOL[dtype]
+    yt = backend.to_tensor(targets)
+    for reduction in ("none", "sum", "mean"):
+        got = backend.to_numpy(backend.loss(backend.to_tensor(outputs), yt, spec, reduction))
+        want = loss_reference(spec, outputs, targets, reduction)
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"{name} {reduction}")
+    ops = backend.functional()
+    z = ops.parameter(outputs)
+    with backend.record():
+        loss = backend.loss(z, yt, spec, "sum")
+    backend.backward(loss)
+    grad = backend.to_numpy(ops.grad(z))
+    assert grad.dtype == np.dtype(dtype)
+    want_grad = loss_grad_reference(spec, outputs, targets)
+    np.testing.assert_allclose(grad, want_grad, rtol=rtol, atol=atol)
+
+
+def _linear_spec() -> ModelSpec:
+    return ModelSpec("probe", seq(("fc", Linear(3, 4))), input_shape=(3,), num_classes=4)
+
+
+@pytest.mark.parametrize("metric", ["accuracy", '{"name": "top_k", "k": 2}', "mse"])
+def test_metrics_through_the_step_runner_match_numpy(backend: Any, metric: str) -> None:
+    spec, m = _linear_spec(), parse_metric(metric)
+    model = backend.build_model(spec)
+    params = spec.init_params(seed=1)
+    backend.set_params(model, params)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((9, 3)).astype(np.float32)
+    y = (
+        rng.integers(0, 4, 9).astype(np.int64)
+        if m.class_targets
+        else rng.standard_normal((9, 4)).astype(np.float32)
+    )
+    loss = LossSpec() if m.class_targets else LossSpec("mse")
+    optimizer = backend.make_optimizer(model, _sgd())
+    runner = StepRunner(backend, model, optimizer, loss=loss, metric=m)
+    got, n = runner.eval_batch(x, y)
+    logits = x.astype(np.float64) @ params["fc.weight"].T + params["fc.bias"]
+    assert n == 9
+    assert got == pytest.approx(metric_sum(m, logits, y), rel=1e-5)
+
+
+def _sgd() -> Any:
+    from polytrain.neutral.optim import OptimizerConfig
+
+    return OptimizerConfig(name="sgd", lr=0.1)
+
+
+def test_metric_references_by_hand() -> None:
+    z = np.array([[3.0, 1.0, 2.0], [0.0, 5.0, 5.0], [1.0, 1.0, 0.0]])
+    y = np.array([2, 2, 2])
+    assert metric_sum(MetricSpec(), z, y) == 0.0
+    # top-2: sample 0 has one logit above its label's, sample 1 a tie (a hit), sample 2 two
+    assert metric_sum(MetricSpec("top_k", k=2), z, y) == 2.0
+    t = np.zeros((3, 3))
+    assert metric_sum(MetricSpec("mse"), z, t) == pytest.approx((14 / 3) + (50 / 3) + (2 / 3))
+
+
+def test_parsing_names_and_json() -> None:
+    assert parse_loss("mse") == LossSpec("mse")
+    spec = parse_loss('{"name": "cross_entropy", "label_smoothing": 0.1, "class_weights": [1, 2]}')
+    assert spec == LossSpec(label_smoothing=0.1, class_weights=(1.0, 2.0))
+    assert parse_metric('{"name": "top_k", "k": 3}') == MetricSpec("top_k", k=3)
+    with pytest.raises(ConfigError, match="Unknown loss 'huber'"):
+        parse_loss("huber")
+    with pytest.raises(ConfigError, match="takes no label_smoothing"):
+        parse_loss('{"name": "mse", "label_smoothing": 0.1}')
+    with pytest.raises(ConfigError, match="label_smoothing must be"):
+        LossSpec(label_smoothing=1.5)
+    with pytest.raises(ConfigError, match="options are label_smoothing"):
+        parse_loss('{"name": "cross_entropy", "smoothing": 0.1}')
+
+
+def test_targets_are_checked_against_the_loss_in_one_line() -> None:
+    labels, values = np.array([0, 3]), np.zeros((2, 4), np.float32)
+    check_targets(LossSpec(), MetricSpec(), labels, 4, "d")
+    check_targets(LossSpec("mse"), MetricSpec("mse"), values, 4, "d")
+    with pytest.raises(DataError, match=r"labels range over 0\.\.3, but the model has 3 outputs"):
+        check_targets(LossSpec(), MetricSpec(), labels, 3, "d")
+    with pytest.raises(DataError, match=r"needs float targets \[N, 4\]"):
+        check_targets(LossSpec("mse"), MetricSpec("mse"), labels, 4, "d")
+    with pytest.raises(DataError, match=r"needs integer class labels \[N\]"):
+        check_targets(LossSpec(), MetricSpec(), values, 4, "d")
+    with pytest.raises(ConfigError, match="want different targets"):
+        check_targets(LossSpec("mse"), MetricSpec(), values, 4, "d")
+    with pytest.raises(ConfigError, match="class_weights has 2 entries"):
+        check_targets(LossSpec(class_weights=(1, 2)), MetricSpec(), labels, 4, "d")
