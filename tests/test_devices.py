@@ -143,3 +143,14 @@ def test_bucket_size_from_the_option_then_the_environment() -> None:
         bucket_bytes(None, {"POLYTRAIN_BUCKET_MB": "x"})
     with pytest.raises(ConfigError, match="must be >= 0"):
         bucket_bytes(-1.0, {})
+
+
+def test_processes_sharing_a_gpu_sum_through_gloo_not_nccl() -> None:
+    """NCCL refuses two ranks on one GPU: more processes on a node than GPUs take gloo."""
+    torch = pytest.importorskip("torch")
+    from polytrain_torch._backend import collective_engine
+
+    cuda = [torch.device("cuda", 0)]  # a device object needs no GPU
+    assert collective_engine(cuda, 2, gpus=2) == "nccl"  # a GPU per process
+    assert collective_engine(cuda, 2, gpus=1) == "gloo"  # two processes on one GPU
+    assert collective_engine([torch.device("cpu")], 2, gpus=2) == "gloo"

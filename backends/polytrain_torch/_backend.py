@@ -44,6 +44,18 @@ def _strip_prefix(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+def collective_engine(
+    devices: Sequence[Device], local_processes: int, gpus: int | None = None
+) -> str:
+    """NCCL when every device is a GPU and this node has a GPU per process; gloo otherwise
+    (NCCL refuses two ranks on one GPU, e.g. ``--devices gpu:0`` in every process).
+    ``gpus``: the node's GPU count (default: what torch sees)."""
+    if gpus is None:
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    on_gpus = all(torch.device(d).type == "cuda" for d in devices)
+    return "nccl" if on_gpus and local_processes <= gpus else "gloo"
+
+
 class TorchBackend(Backend):
     name = "torch"
     framework = "torch"
@@ -106,6 +118,8 @@ class TorchBackend(Backend):
         spec, devices = build_inputs(self, model, devices, dtype, nn.Module, "torch.nn.Module")
         native = unwrap(cast(nn.Module, model)) if spec is None else build(spec.net)
         native.to(getattr(torch, dtype))  # parameters and float buffers, in place
+        if any(torch.device(d).type == "cuda" for d in devices):
+            _devices.exact_float32()  # fp32 means fp32 (the precision flag picks bf16/fp16)
         replicas = [native.to(devices[0])]
         replicas += [copy.deepcopy(native).to(d) for d in devices[1:]]
         return TorchModel(
@@ -260,7 +274,7 @@ class TorchBackend(Backend):
             raise BackendError(
                 "torch.distributed needs a master address and port (MASTER_ADDR/PORT)."
             )
-        engine = "nccl" if all(torch.device(d).type == "cuda" for d in devices) else "gloo"
+        engine = collective_engine(devices, info.local_world_size)
         self.use_process_device(devices)  # before the group: NCCL binds to the current GPU
         try:
             dist.init_process_group(

@@ -41,3 +41,11 @@ def set_current_device(devices: Sequence[Any]) -> None:
     index = process_gpu_index(devices)
     if index is not None:
         torch.cuda.set_device(index)
+
+
+def exact_float32() -> None:
+    """Turn off TF32 for convolutions and matmuls on CUDA: cuDNN uses it by default, and
+    its 10-bit mantissa moves fp32 results by ~1e-3, past every parity tolerance. The
+    fast reduced-precision path is ``precision="bf16"``, which says so."""
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
