@@ -44,7 +44,11 @@ class MXNetFormat(NativeFormat):
     signature = "MXNet .params (12 01 00 00 ..)"
     order = 30
     layout = LayoutRules(
-        renames={"BatchNorm2d": {"weight": "gamma", "bias": "beta"}}, note="MXNet layout"
+        renames={
+            kind: {"weight": "gamma", "bias": "beta"}
+            for kind in ("BatchNorm2d", "BatchNorm1d", "LayerNorm")
+        },
+        note="MXNet layout",
     )
 
     def sniff(self, head: bytes, path: PathLike) -> bool:

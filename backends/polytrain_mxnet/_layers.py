@@ -8,6 +8,7 @@ stay loadable by plain Gluon code.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import mxnet as mx
@@ -15,7 +16,9 @@ from mxnet import autograd
 from mxnet.gluon import nn
 
 from polytrain.errors import BackendError
-from polytrain.neutral import models
+from polytrain.neutral import dropout_masks, models
+
+from ._seq_layers import build_sequence_layer
 
 
 class _Sequential(nn.HybridBlock):
@@ -78,7 +81,8 @@ class _BatchNorm(nn.HybridBlock):
             )
         m = self.momentum
         with autograd.pause():
-            batch_mean, batch_var = mx.nd.moments(x, axes=(0, 2, 3))
+            axes = (0, *range(2, x.ndim))  # [N, C, H, W]; BatchNorm1d's [N, C] or [N, C, L]
+            batch_mean, batch_var = mx.nd.moments(x, axes=axes)
             mean[:] = (1 - m) * mean + m * batch_mean
             var[:] = (1 - m) * var + (m * n / (n - 1)) * batch_var
 
@@ -103,6 +107,64 @@ class _AvgPoolCeil(nn.AvgPool2D):
             one = F.pad(one, mode="constant", pad_width=(0, 0, 0, 0, 0, p, 0, p))
         like = F.Pooling(one, kernel=(1, 1), stride=(self._s, self._s), pool_type="max")
         return F.slice_like(y, like, axes=(2, 3))
+
+
+class _SelfAttention(nn.HybridBlock):
+    """Self-attention from FullyConnected and batch_dot (Gluon has no attention layer),
+    holding PyTorch's ``in_proj_weight`` [3E, E] / ``in_proj_bias`` and an ``out_proj``
+    Dense (Gluon's Dense weight is [out, in], as PyTorch's): canonical names as they are."""
+
+    def __init__(self, layer: models.MultiHeadSelfAttention) -> None:
+        super().__init__()
+        e = layer.embed_dim
+        self.heads, self.causal, self.bias = layer.num_heads, layer.causal, layer.bias
+        self.in_proj_weight = self.params.get("in_proj_weight", shape=(3 * e, e))
+        if layer.bias:
+            self.in_proj_bias = self.params.get("in_proj_bias", shape=(3 * e,), init="zeros")
+        self.out_proj = nn.Dense(e, use_bias=layer.bias, flatten=False, in_units=e)
+        self._e = e
+
+    def hybrid_forward(self, F: Any, x: Any, in_proj_weight: Any, in_proj_bias: Any = None) -> Any:
+        e, h = self._e, self.heads
+        qkv = F.FullyConnected(
+            x, in_proj_weight, in_proj_bias, num_hidden=3 * e, no_bias=not self.bias,
+            flatten=False,
+        )  # fmt: skip
+        qkv = F.transpose(F.reshape(qkv, shape=(0, 0, 3 * h, -1)), axes=(0, 2, 1, 3))
+        q, k, v = (F.reshape(a, shape=(-3, -2)) for a in F.split(qkv, num_outputs=3, axis=1))
+        scores = F.batch_dot(q, k, transpose_b=True) / math.sqrt(e // h)  # [N*H, T, T]
+        if self.causal:  # a large negative (not -inf) after the last key a query may see
+            rows = F.reshape(F.contrib.arange_like(scores, axis=1), shape=(-1, 1))
+            cols = F.reshape(F.contrib.arange_like(scores, axis=2), shape=(1, -1))
+            hidden = F.expand_dims(F.broadcast_greater(cols, rows), axis=0)
+            scores = F.broadcast_add(scores, hidden * -1e30)
+        context = F.batch_dot(F.softmax(scores, axis=-1), v)  # [N*H, T, D]
+        context = F.reshape(context, shape=(-4, -1, h, 0, 0))
+        context = F.reshape(F.transpose(context, axes=(0, 2, 1, 3)), shape=(0, 0, -3))
+        return self.out_proj(context)
+
+
+class _Dropout(nn.Dropout):
+    """nn.Dropout, whose training mask comes from numpy while a parity step is open
+    (``dropout_masks="parity"``, polytrain.neutral.dropout_masks)."""
+
+    def __init__(self, rate: float) -> None:
+        super().__init__(rate)
+        self._p = rate
+
+    def hybrid_forward(self, F: Any, x: Any) -> Any:
+        if not autograd.is_training() or self._p == 0:
+            return super().hybrid_forward(F, x)
+        if not isinstance(x, mx.nd.NDArray):
+            if dropout_masks.parity_active():
+                raise BackendError(
+                    "Parity dropout masks need imperative Gluon: run without --fast."
+                )
+            return super().hybrid_forward(F, x)
+        mask = dropout_masks.parity_mask(x.shape, self._p, x.dtype)
+        if mask is None:
+            return super().hybrid_forward(F, x)
+        return x * mx.nd.array(mask, ctx=x.context, dtype=x.dtype)
 
 
 def build(layer: models.Layer) -> nn.HybridBlock:
@@ -143,13 +205,19 @@ def build(layer: models.Layer) -> nn.HybridBlock:
     if isinstance(layer, models.Flatten):
         return nn.Flatten()
     if isinstance(layer, models.Dropout):
-        return nn.Dropout(layer.p)
+        return _Dropout(layer.p)
+    if isinstance(layer, models.MultiHeadSelfAttention):
+        return _SelfAttention(layer)
+    block = build_sequence_layer(layer, build, _BatchNorm)
+    if block is not None:
+        return block
     raise BackendError(f"mxnet backend cannot build layer {layer!r}")
 
 
 def hybridize(block: nn.Block) -> None:
-    """Hybridize every subtree without BatchNorm (whose running stats update in place)."""
-    if not any(isinstance(b, _BatchNorm) for b in _blocks(block)):
+    """Hybridize every subtree without BatchNorm (whose running stats update in place)
+    or Dropout (whose parity masks come from numpy at run time)."""
+    if not any(isinstance(b, _BatchNorm | _Dropout) for b in _blocks(block)):
         block.hybridize(static_alloc=True, static_shape=True)
         return
     for child in block._children.values():

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from polytrain.errors import BackendError
+from polytrain.neutral import reference_attention
+from polytrain.neutral.models import MultiHeadSelfAttention
 
 from . import _kernels as K
 from ._tensor import Grads, NumpyDevice, Tensor, record
@@ -154,6 +156,32 @@ def dropout(x: Tensor, p: float, rng: np.random.Generator) -> Tensor:
     mask = (rng.random(x.shape) < keep).astype(x.dtype)
     if keep > 0:
         mask /= keep
+    out = x.data * mask
+
+    def vjp(g: np.ndarray) -> Grads:
+        return (g * mask,)
+
+    return record(out, (x,), vjp)
+
+
+def self_attention(layer: MultiHeadSelfAttention, x: Tensor, weights: dict[str, Tensor]) -> Tensor:
+    """Multi-head self-attention (``weights`` by leaf name: in_proj_weight, ...), by the
+    reference's own functions in this tensor's dtype: the numpy backend is its twin."""
+    names = list(weights)
+    arrays = {n: weights[n].data for n in names}
+    with np.errstate(all="ignore"):
+        out, cache = reference_attention.self_attention(layer, arrays, x.data)
+
+    def vjp(g: np.ndarray) -> Grads:
+        with np.errstate(all="ignore"):
+            gx, grads = reference_attention.self_attention_backward(layer, arrays, x.data, cache, g)
+        return (gx, *(grads[n] for n in names))
+
+    return record(out, (x, *(weights[n] for n in names)), vjp)
+
+
+def multiply_by(x: Tensor, mask: np.ndarray) -> Tensor:
+    """``x * mask`` for a constant ``mask`` (a given dropout mask)."""
     out = x.data * mask
 
     def vjp(g: np.ndarray) -> Grads:

@@ -14,7 +14,9 @@ import numpy as np
 
 from polytrain.backend.model import Model
 from polytrain.errors import BackendError
+from polytrain.neutral import dropout_masks
 from polytrain.neutral.models import (
+    Add,
     AvgPool2d,
     BatchNorm2d,
     Conv2d,
@@ -25,13 +27,17 @@ from polytrain.neutral.models import (
     Linear,
     MaxPool2d,
     ModelSpec,
+    MultiHeadSelfAttention,
     ReLU,
     Residual,
+    SequenceLayer,
     Sequential,
     is_buffer,
+    layer_parameters,
 )
 
 from . import _autograd as A
+from . import _seq_layers
 from ._tensor import NumpyDevice, Tensor, add
 
 Hook = Callable[[str, Tensor], None]
@@ -95,6 +101,14 @@ class NumpyNet:
             if layer.shortcut is not None:
                 x = self._run(layer.shortcut, prefix + "shortcut", x, train, rng, hook)
             out = A.relu(add(y, x))
+        elif isinstance(layer, Add):
+            prefix = f"{path}." if path else ""
+            out = _seq_layers.add_branches(
+                [
+                    self._run(branch, f"{prefix}branches.{i}", x, train, rng, hook)
+                    for i, branch in enumerate(layer.branches)
+                ]
+            )
         else:
             out = self._leaf(layer, path, x, train, rng)
         if hook is not None:
@@ -136,7 +150,15 @@ class NumpyNet:
         if isinstance(layer, Flatten):
             return A.flatten(x)
         if isinstance(layer, Dropout):
-            return A.dropout(x, layer.p, rng) if train and layer.p > 0 else x
+            if not train or layer.p == 0:
+                return x
+            mask = dropout_masks.parity_mask(x.shape, layer.p, self.dtype)
+            return A.dropout(x, layer.p, rng) if mask is None else A.multiply_by(x, mask)
+        if isinstance(layer, SequenceLayer):
+            return _seq_layers.run(layer, path, x, p, self.buffers, train)
+        if isinstance(layer, MultiHeadSelfAttention):
+            leaves = layer_parameters(layer)
+            return A.self_attention(layer, x, {n: p[f"{path}.{n}"] for n in leaves})
         raise BackendError(f"numpy backend cannot run layer {layer!r}")
 
 

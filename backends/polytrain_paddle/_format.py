@@ -73,8 +73,15 @@ class PaddleFormat(NativeFormat):
     signature = "a Paddle pickle (80 ..) or a paddle.jit.save .pdiparams (00 00 00 00 ..)"
     order = 20
     layout = LayoutRules(
-        renames={"BatchNorm2d": {"running_mean": "_mean", "running_var": "_variance"}},
-        transposed={"Linear": frozenset({"weight"})},
+        renames={
+            kind: {"running_mean": "_mean", "running_var": "_variance"}
+            for kind in ("BatchNorm2d", "BatchNorm1d")
+        },
+        transposed={
+            "Linear": frozenset({"weight"}),
+            # polytrain's Paddle attention keeps in_proj [3E, E]; out_proj is an nn.Linear
+            "MultiHeadSelfAttention": frozenset({"out_proj.weight"}),
+        },
         note="Paddle layout, Linear [in, out]",
     )
 

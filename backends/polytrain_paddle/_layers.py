@@ -17,8 +17,10 @@ import paddle.nn.functional as F
 from paddle import nn
 
 from polytrain.errors import BackendError
-from polytrain.neutral import models
+from polytrain.neutral import dropout_masks, models
 from polytrain.neutral.reference import pool_output_size
+
+from ._seq_layers import build_sequence_layer
 
 _RENAME = {"_mean": "running_mean", "_variance": "running_var"}  # Paddle BatchNorm buffers
 
@@ -143,6 +145,53 @@ class _AvgPool2D(nn.AvgPool2D):
         return np.minimum(start + k, size + pad) - start
 
 
+class _SelfAttention(nn.Layer):
+    """Self-attention from Paddle's own matmuls, holding PyTorch's ``in_proj_weight``
+    [3E, E] / ``in_proj_bias`` (not paddle.nn.MultiHeadAttention's q/k/v_proj: a
+    converted name maps one tensor to one tensor, never a split) and an ``out_proj``
+    nn.Linear (so [in, out], as every Paddle Linear). Scale and mask are tensors of the
+    input's dtype: Paddle's scale op takes a float32 attribute, off in float64 models."""
+
+    def __init__(self, layer: models.MultiHeadSelfAttention) -> None:
+        super().__init__()
+        e = layer.embed_dim
+        self.heads, self.causal, self.bias = layer.num_heads, layer.causal, layer.bias
+        self.in_proj_weight = self.create_parameter([3 * e, e])
+        self.in_proj_bias = self.create_parameter([3 * e], is_bias=True) if layer.bias else None
+        self.out_proj = nn.Linear(e, e, bias_attr=None if layer.bias else False)
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        t, e = int(x.shape[1]), int(x.shape[2])
+        d, dtype = e // self.heads, "float64" if x.dtype == paddle.float64 else "float32"
+        qkv = paddle.matmul(x, self.in_proj_weight, transpose_y=True)
+        if self.in_proj_bias is not None:
+            qkv = qkv + self.in_proj_bias
+        qkv = qkv.reshape([0, 0, 3, self.heads, d]).transpose([2, 0, 3, 1, 4])
+        scale = paddle.to_tensor(np.asarray(math.sqrt(d), dtype))
+        scores = paddle.matmul(qkv[0], qkv[1], transpose_y=True) / scale
+        if self.causal:
+            mask = np.where(np.triu(np.ones((t, t), bool), 1), -np.inf, 0.0).astype(dtype)
+            scores = scores + paddle.to_tensor(mask)
+        context = paddle.matmul(F.softmax(scores, axis=-1), qkv[2])
+        return self.out_proj(context.transpose([0, 2, 1, 3]).reshape([0, 0, e]))
+
+
+class _Dropout(nn.Dropout):
+    """nn.Dropout, whose training mask comes from numpy while a parity step is open
+    (``dropout_masks="parity"``, polytrain.neutral.dropout_masks)."""
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        if not self.training or self.p == 0:
+            return super().forward(x)
+        dtype = "float64" if x.dtype == paddle.float64 else "float32"
+        mask = dropout_masks.parity_mask(tuple(x.shape), self.p, dtype)
+        if mask is None:
+            return super().forward(x)
+        if not paddle.in_dynamic_mode():
+            raise BackendError("Parity dropout masks need dygraph: run without --fast.")
+        return x * paddle.to_tensor(mask, place=x.place)
+
+
 def build(layer: models.Layer) -> nn.Layer:
     if isinstance(layer, models.Sequential):
         return nn.Sequential(*[(n, build(c)) for n, c in layer.layers])
@@ -175,7 +224,12 @@ def build(layer: models.Layer) -> nn.Layer:
     if isinstance(layer, models.Flatten):
         return nn.Flatten()
     if isinstance(layer, models.Dropout):
-        return nn.Dropout(layer.p)
+        return _Dropout(layer.p)
+    if isinstance(layer, models.MultiHeadSelfAttention):
+        return _SelfAttention(layer)
+    built = build_sequence_layer(layer, build, _BatchNorm2D)
+    if built is not None:
+        return built
     raise BackendError(f"paddle backend cannot build layer {layer!r}")
 
 

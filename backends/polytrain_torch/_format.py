@@ -42,7 +42,10 @@ class TorchFormat(NativeFormat):
     signature = "a PyTorch zip (50 4b 03 04)"
     order = 10
     layout = LayoutRules(
-        constants={"BatchNorm2d": {"num_batches_tracked": np.array(0, dtype=np.int64)}},
+        constants={
+            kind: {"num_batches_tracked": np.array(0, dtype=np.int64)}
+            for kind in ("BatchNorm2d", "BatchNorm1d")
+        },
         strip_prefixes=("module.",),
         note="PyTorch layout",
     )

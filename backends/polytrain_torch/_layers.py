@@ -10,7 +10,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from polytrain.errors import BackendError
-from polytrain.neutral import models
+from polytrain.neutral import dropout_masks, models
+
+from ._seq_layers import build_sequence_layer
 
 
 class _Residual(nn.Module):
@@ -22,6 +24,38 @@ class _Residual(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s = x if self.shortcut is None else self.shortcut(x)
         return F.relu(self.body(x) + s)
+
+
+class _SelfAttention(nn.MultiheadAttention):
+    """torch's own nn.MultiheadAttention (batch_first, no dropout) called as
+    self-attention, with the causal mask when the spec asks: its state-dict names and
+    layout are the canonical ones by definition."""
+
+    def __init__(self, layer: models.MultiHeadSelfAttention) -> None:
+        super().__init__(layer.embed_dim, layer.num_heads, bias=layer.bias, batch_first=True)
+        self.causal = layer.causal
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        t = x.shape[1]
+        mask = None
+        if self.causal:
+            mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+        return super().forward(x, x, x, attn_mask=mask, need_weights=False)[0]
+
+
+class _Dropout(nn.Dropout):
+    """nn.Dropout, whose training mask comes from numpy while a parity step is open
+    (``dropout_masks="parity"``, polytrain.neutral.dropout_masks)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = _parity_mask(x, self.p) if self.training and self.p > 0 else None
+        return super().forward(x) if mask is None else x * mask
+
+
+@torch.compiler.disable  # numpy's generator, run as it is (never traced into a graph)
+def _parity_mask(x: torch.Tensor, p: float) -> torch.Tensor | None:
+    mask = dropout_masks.parity_mask(tuple(x.shape), p, str(x.dtype).removeprefix("torch."))
+    return None if mask is None else torch.from_numpy(mask).to(x.device)
 
 
 def build(layer: models.Layer) -> nn.Module:
@@ -60,7 +94,12 @@ def build(layer: models.Layer) -> nn.Module:
     if isinstance(layer, models.Flatten):
         return nn.Flatten()
     if isinstance(layer, models.Dropout):
-        return nn.Dropout(layer.p)
+        return _Dropout(layer.p)
+    if isinstance(layer, models.MultiHeadSelfAttention):
+        return _SelfAttention(layer)
+    module = build_sequence_layer(layer, build)
+    if module is not None:
+        return module
     raise BackendError(f"torch backend cannot build layer {layer!r}")
 
 

@@ -174,6 +174,13 @@ def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
         "cosine[:warmup=N,min_lr=X,total=T], onecycle[:pct_start=P,...] (docs/semantics.md)",
     )
     p.add_argument(
+        "--dropout-masks",
+        default=d.dropout_masks,
+        choices=("framework", "parity"),
+        help="framework: each framework's own dropout RNG (fast); parity: masks drawn in "
+        "numpy from the seed, the same on every backend (docs/semantics.md)",
+    )
+    p.add_argument(
         "--clip-grad-norm",
         type=float,
         default=None,
@@ -271,6 +278,7 @@ def recipe_from_args(args: argparse.Namespace) -> Recipe:
         weight_decay=args.weight_decay,
         per_layer_weight_decay=parse_layer_decay(args.layer_weight_decay),
         seed=args.seed,
+        dropout_masks=args.dropout_masks,
         devices=args.devices,
         accumulate=args.accumulate,
         precision=args.precision,

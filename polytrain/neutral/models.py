@@ -98,6 +98,158 @@ class Residual:
     shortcut: Sequential | None = None
 
 
+# -- sequence and transformer layers (issue 15) ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Conv1d:
+    """Cross-correlation over [N, C, L] (PyTorch's Conv1d; weight [out, in, k])."""
+
+    in_channels: int
+    out_channels: int
+    kernel_size: int
+    stride: int = 1
+    padding: int = 0
+    bias: bool = True
+
+
+@dataclass(frozen=True)
+class BatchNorm1d:
+    """BatchNorm over [N, C] or [N, C, L], with BatchNorm2d's (PyTorch's) conventions."""
+
+    num_features: int
+    eps: float = 1e-5
+    momentum: float = 0.1
+
+
+@dataclass(frozen=True)
+class LayerNorm:
+    """Normalise over the last ``len(normalized_shape)`` dims (biased variance, ``eps``
+    inside the square root); ``elementwise_affine``: a weight (1) and bias (0) of that shape."""
+
+    normalized_shape: tuple[int, ...]
+    eps: float = 1e-5
+    elementwise_affine: bool = True
+
+    def __post_init__(self) -> None:
+        shape = self.normalized_shape
+        dims = (shape,) if isinstance(shape, int) else tuple(int(n) for n in shape)
+        object.__setattr__(self, "normalized_shape", dims)
+
+
+@dataclass(frozen=True)
+class Embedding:
+    """Integer ids [N, ...] -> rows of ``weight`` [num_embeddings, embedding_dim]
+    (initialised N(0, 1) as PyTorch does; N(0, init_std) under the ``normal`` rule)."""
+
+    num_embeddings: int
+    embedding_dim: int
+
+
+@dataclass(frozen=True)
+class PositionalEmbedding:
+    """Learned positions: ``x + weight[:T]`` for x [N, T, E], weight [max_len, E]
+    (initialised N(0, 0.02), as ViT and GPT-2 do)."""
+
+    max_len: int
+    embedding_dim: int
+
+
+@dataclass(frozen=True)
+class GELU:
+    """``x * Phi(x)``: ``approximate="none"`` the exact erf form, ``"tanh"`` the tanh one."""
+
+    approximate: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.approximate not in ("none", "tanh"):
+            raise ConfigError(
+                f"GELU approximate must be 'none' or 'tanh', not {self.approximate!r}."
+            )
+
+
+@dataclass(frozen=True)
+class SiLU:
+    pass
+
+
+@dataclass(frozen=True)
+class Tanh:
+    pass
+
+
+@dataclass(frozen=True)
+class Sigmoid:
+    pass
+
+
+@dataclass(frozen=True)
+class Softmax:
+    """Softmax along ``dim`` (an axis of the whole tensor, batch included; -1: the last)."""
+
+    dim: int = -1
+
+
+@dataclass(frozen=True)
+class LogSoftmax:
+    dim: int = -1
+
+
+@dataclass(frozen=True)
+class Reshape:
+    """Each sample to ``shape`` (the batch axis kept), e.g. [N, 12] -> [N, 3, 4]."""
+
+    shape: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(n) for n in self.shape))
+
+
+@dataclass(frozen=True)
+class Add:
+    """Element-wise sum of every branch applied to the same input; an empty Sequential is
+    the identity, so ``Add((seq(), seq(("ln", ...), ("attn", ...))))`` is a pre-norm
+    residual. Parameters are named ``branches.<i>.<layer>...``."""
+
+    branches: tuple[Sequential, ...]
+
+
+@dataclass(frozen=True)
+class MultiHeadSelfAttention:
+    """Self-attention on [N, T, E] (PyTorch's ``nn.MultiheadAttention`` with
+    ``batch_first=True`` and query = key = value): scaled dot product per head, optional
+    causal mask (position t sees positions <= t), no dropout. Canonical parameters are
+    torch's: ``in_proj_weight`` [3E, E] (q, k, v rows), ``in_proj_bias`` [3E],
+    ``out_proj.weight`` [E, E], ``out_proj.bias`` [E] (biases only with ``bias``)."""
+
+    embed_dim: int
+    num_heads: int
+    causal: bool = False
+    bias: bool = True
+
+    def __post_init__(self) -> None:
+        if self.num_heads < 1 or self.embed_dim % self.num_heads:
+            raise ConfigError(
+                f"MultiHeadSelfAttention: embed_dim {self.embed_dim} must be a multiple of "
+                f"num_heads {self.num_heads} (>= 1)."
+            )
+
+
+SequenceLayer = (
+    Conv1d
+    | BatchNorm1d
+    | LayerNorm
+    | Embedding
+    | PositionalEmbedding
+    | GELU
+    | SiLU
+    | Tanh
+    | Sigmoid
+    | Softmax
+    | LogSoftmax
+    | Reshape
+    | Add
+)
 Layer = (
     Conv2d
     | Linear
@@ -110,9 +262,14 @@ Layer = (
     | Dropout
     | Sequential
     | Residual
+    | SequenceLayer
+    | MultiHeadSelfAttention
 )
 _ALL_LAYERS: tuple[type, ...] = (Conv2d, Linear, BatchNorm2d, ReLU, MaxPool2d, AvgPool2d)
 _ALL_LAYERS += (GlobalAvgPool2d, Flatten, Dropout, Sequential, Residual)
+_ALL_LAYERS += (Conv1d, BatchNorm1d, LayerNorm, Embedding, PositionalEmbedding, GELU, SiLU)
+_ALL_LAYERS += (Tanh, Sigmoid, Softmax, LogSoftmax, Reshape, Add)
+_ALL_LAYERS += (MultiHeadSelfAttention,)
 LAYER_TYPES: dict[str, type] = {t.__name__: t for t in _ALL_LAYERS}
 INIT_RULES = ("torch_default", "xavier_uniform", "kaiming_normal", "normal")
 
@@ -186,9 +343,15 @@ class ModelSpec:
     def _init_one(
         self, layer: Layer, pname: str, shape: tuple[int, ...], rng: np.random.Generator
     ) -> np.ndarray:
-        if isinstance(layer, BatchNorm2d):
+        if isinstance(layer, BatchNorm2d | BatchNorm1d | LayerNorm):
             value = 1.0 if pname in ("weight", "running_var") else 0.0
             return np.full(shape, value, dtype=np.float32)
+        if isinstance(layer, Embedding | PositionalEmbedding):
+            std = 1.0 if isinstance(layer, Embedding) else 0.02
+            std = self.init_std if self.init == "normal" else std
+            return rng.normal(0.0, std, shape).astype(np.float32)
+        if isinstance(layer, MultiHeadSelfAttention):
+            return self._init_attention(pname, shape, rng)
         fan_in, fan_out = _fans(layer)
         if pname == "bias":
             if self.init == "torch_default":
@@ -197,6 +360,27 @@ class ModelSpec:
             return np.zeros(shape, dtype=np.float32)
         if self.init == "torch_default":
             bound = 1 / math.sqrt(fan_in)  # kaiming_uniform_(a=sqrt(5))
+            return rng.uniform(-bound, bound, shape).astype(np.float32)
+        if self.init == "xavier_uniform":
+            bound = math.sqrt(6.0 / (fan_in + fan_out))
+            return rng.uniform(-bound, bound, shape).astype(np.float32)
+        if self.init == "kaiming_normal":
+            return rng.normal(0.0, math.sqrt(2.0 / fan_out), shape).astype(np.float32)
+        return rng.normal(0.0, self.init_std, shape).astype(np.float32)
+
+    def _init_attention(
+        self, pname: str, shape: tuple[int, ...], rng: np.random.Generator
+    ) -> np.ndarray:
+        """PyTorch's nn.MultiheadAttention: biases zero; ``torch_default`` draws
+        in_proj_weight xavier-uniform over [3E, E] and out_proj.weight as a Linear."""
+        if len(shape) == 1:
+            return np.zeros(shape, dtype=np.float32)
+        fan_out, fan_in = shape
+        if self.init == "torch_default":
+            if pname == "in_proj_weight":
+                bound = math.sqrt(6.0 / (fan_in + fan_out))
+            else:
+                bound = 1 / math.sqrt(fan_in)
             return rng.uniform(-bound, bound, shape).astype(np.float32)
         if self.init == "xavier_uniform":
             bound = math.sqrt(6.0 / (fan_in + fan_out))
@@ -259,6 +443,9 @@ def walk(layer: Layer, prefix: str) -> Iterator[tuple[str, Layer]]:
         yield from walk(layer.body, f"{prefix}.body" if prefix else "body")
         if layer.shortcut is not None:
             yield from walk(layer.shortcut, f"{prefix}.shortcut" if prefix else "shortcut")
+    elif isinstance(layer, Add):
+        for i, branch in enumerate(layer.branches):
+            yield from walk(branch, f"{prefix}.branches.{i}" if prefix else f"branches.{i}")
     else:
         yield prefix, layer
 
@@ -278,9 +465,41 @@ def layer_parameters(layer: Layer) -> dict[str, tuple[int, ...]]:
         if layer.bias:
             shapes["bias"] = (layer.out_features,)
         return shapes
-    if isinstance(layer, BatchNorm2d):
+    if isinstance(layer, BatchNorm2d | BatchNorm1d):
         c = (layer.num_features,)
         return {"weight": c, "bias": c, "running_mean": c, "running_var": c}
+    if isinstance(layer, MultiHeadSelfAttention):
+        return _attention_parameters(layer)
+    return _sequence_layer_parameters(layer)
+
+
+def _attention_parameters(layer: MultiHeadSelfAttention) -> dict[str, tuple[int, ...]]:
+    """nn.MultiheadAttention's state-dict entries, in its order."""
+    e = layer.embed_dim
+    shapes: dict[str, tuple[int, ...]] = {"in_proj_weight": (3 * e, e)}
+    if layer.bias:
+        shapes["in_proj_bias"] = (3 * e,)
+    shapes["out_proj.weight"] = (e, e)
+    if layer.bias:
+        shapes["out_proj.bias"] = (e,)
+    return shapes
+
+
+def _sequence_layer_parameters(layer: Layer) -> dict[str, tuple[int, ...]]:
+    if isinstance(layer, Conv1d):
+        shapes: dict[str, tuple[int, ...]] = {
+            "weight": (layer.out_channels, layer.in_channels, layer.kernel_size)
+        }
+        if layer.bias:
+            shapes["bias"] = (layer.out_channels,)
+        return shapes
+    if isinstance(layer, LayerNorm):
+        shape = layer.normalized_shape
+        return {"weight": shape, "bias": shape} if layer.elementwise_affine else {}
+    if isinstance(layer, Embedding):
+        return {"weight": (layer.num_embeddings, layer.embedding_dim)}
+    if isinstance(layer, PositionalEmbedding):
+        return {"weight": (layer.max_len, layer.embedding_dim)}
     return {}
 
 
@@ -290,6 +509,9 @@ def _fans(layer: Layer) -> tuple[int, int]:
         return layer.in_channels * area, layer.out_channels * area
     if isinstance(layer, Linear):
         return layer.in_features, layer.out_features
+    if isinstance(layer, Conv1d):
+        k = layer.kernel_size
+        return layer.in_channels * k, layer.out_channels * k
     raise ConfigError(f"No fan for {layer!r}")
 
 
@@ -302,6 +524,8 @@ def _layer_to_dict(layer: Layer) -> dict[str, Any]:
             "body": _layer_to_dict(layer.body),
             "shortcut": None if layer.shortcut is None else _layer_to_dict(layer.shortcut),
         }
+    if isinstance(layer, Add):
+        return {"type": "Add", "branches": [_layer_to_dict(b) for b in layer.branches]}
     return {"type": type(layer).__name__, **asdict(layer)}
 
 
@@ -336,6 +560,11 @@ def _layer_from_dict(data: dict[str, Any]) -> Layer:
         ):
             raise ConfigError("Residual body and shortcut must be Sequential.")
         return Residual(body, shortcut)
+    if kind == "Add":
+        branches = tuple(_layer_from_dict(_as_sequential(b)) for b in data["branches"])
+        if not all(isinstance(b, Sequential) for b in branches):
+            raise ConfigError("Add branches must be Sequential (or lists of layers).")
+        return Add(branches)  # type: ignore[arg-type]
     if kind not in LAYER_TYPES:
         raise ConfigError(f"Unknown layer type {kind!r} in model spec.")
     fields = {k: v for k, v in data.items() if k != "type"}

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from polytrain.neutral import reference_attention, reference_seq
 from polytrain.neutral.models import (
     AvgPool2d,
     BatchNorm2d,
@@ -21,8 +22,10 @@ from polytrain.neutral.models import (
     Linear,
     MaxPool2d,
     ModelSpec,
+    MultiHeadSelfAttention,
     ReLU,
     Residual,
+    SequenceLayer,
     Sequential,
 )
 
@@ -77,6 +80,11 @@ def _run(layer: Layer, path: str, p: dict[str, np.ndarray], x: np.ndarray) -> np
         return x.reshape(x.shape[0], -1)
     if isinstance(layer, Dropout):
         return x
+    if isinstance(layer, MultiHeadSelfAttention):
+        weights = reference_attention.leaves(layer, p, path)
+        return reference_attention.self_attention(layer, weights, x)[0]
+    if isinstance(layer, SequenceLayer):
+        return reference_seq.forward(layer, path, p, x, False, lambda c, k, h: _run(c, k, p, h))
     raise TypeError(f"no reference for {layer!r}")
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from polytrain.neutral import reference
+from polytrain.neutral import reference, reference_attention, reference_seq
 from polytrain.neutral.models import (
     AvgPool2d,
     BatchNorm2d,
@@ -23,8 +23,10 @@ from polytrain.neutral.models import (
     Linear,
     MaxPool2d,
     ModelSpec,
+    MultiHeadSelfAttention,
     ReLU,
     Residual,
+    SequenceLayer,
     Sequential,
 )
 
@@ -75,6 +77,9 @@ def _forward(layer: Layer, path: str, p: Params, x: np.ndarray, train: bool) -> 
     if isinstance(layer, BatchNorm2d) and train:
         xhat, _ = _batch_normalise(x, layer.eps)
         return _affine(xhat, p, path)
+    if isinstance(layer, SequenceLayer):
+        run = lambda c, k, h: _forward(c, k, p, h, train)  # noqa: E731
+        return reference_seq.forward(layer, path, p, x, train, run)
     if isinstance(layer, Dropout) and train and layer.p > 0:
         raise ValueError(f"no reference for dropout p={layer.p} in training (random mask)")
     return reference._run(layer, path, p, x)
@@ -126,6 +131,15 @@ def _backward(
     if isinstance(layer, Dropout):
         _forward(layer, path, p, x, train)  # refuses a random mask
         return g
+    if isinstance(layer, MultiHeadSelfAttention):
+        weights = reference_attention.leaves(layer, p, path)
+        _, cache = reference_attention.self_attention(layer, weights, x)
+        gx, leaf_grads = reference_attention.self_attention_backward(layer, weights, x, cache, g)
+        grads.update({_key(path, leaf): v for leaf, v in leaf_grads.items()})
+        return gx
+    if isinstance(layer, SequenceLayer):
+        back = lambda c, k, h, gh: _backward(c, k, p, h, gh, train, grads)  # noqa: E731
+        return reference_seq.backward(layer, path, p, x, g, train, grads, back)
     raise TypeError(f"no reference backward for {layer!r}")
 
 

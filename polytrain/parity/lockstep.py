@@ -124,6 +124,7 @@ class _Runner:
             clip_grad_value=recipe.clip_grad_value,
             loss=recipe.loss_spec(),
             metric=recipe.metric_spec(),
+            dropout_masks=recipe.parity_masks(),
         )
 
     def eval_logits(self, params: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:

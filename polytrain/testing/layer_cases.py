@@ -7,6 +7,11 @@ one-hot images (sample ``n`` is 1 at the centre of channel ``n``, 0 elsewhere). 
 output is its own weight, flipped: ``out[n, c, i, j] == W[c, n, H-1-i, H-1-j]``, exact
 in any precision. Setting ``W`` from ``x`` feeds ``x`` to the layer under test, and the
 gradient of ``W``, flipped back, is the gradient w.r.t. ``x``.
+
+Inputs that are not square images ([N, C, L], [N, T, E], [N, F]) enter through a
+bias-free ``Linear(N, size)`` on the rows of the N x N identity, reshaped: its output is
+its weight, transposed, also exact. Integer inputs (``vocab > 0``: Embedding ids) are fed
+as they are; no gradient flows to them.
 """
 
 from __future__ import annotations
@@ -18,18 +23,33 @@ import numpy as np
 from polytrain.backend.base import Backend
 from polytrain.neutral import reference_grad
 from polytrain.neutral.models import (
+    GELU,
+    Add,
     AvgPool2d,
+    BatchNorm1d,
     BatchNorm2d,
+    Conv1d,
     Conv2d,
     Dropout,
+    Embedding,
     Flatten,
     GlobalAvgPool2d,
     Layer,
+    LayerNorm,
     Linear,
+    LogSoftmax,
     MaxPool2d,
     ModelSpec,
+    MultiHeadSelfAttention,
+    PositionalEmbedding,
     ReLU,
+    Reshape,
     Residual,
+    Sequential,
+    Sigmoid,
+    SiLU,
+    Softmax,
+    Tanh,
     seq,
 )
 
@@ -44,8 +64,9 @@ class LayerCase:
 
     id: str
     layer: Layer
-    shape: tuple[int, int, int] = (2, 5, 5)
+    shape: tuple[int, ...] = (2, 5, 5)
     train: bool = True
+    vocab: int = 0  # > 0: the input is integer ids in [0, vocab)
 
 
 def _residual(shortcut: bool) -> Residual:
@@ -84,6 +105,54 @@ LAYER_CASES: tuple[LayerCase, ...] = (
 )
 
 
+def _attention(**options: bool) -> Sequential:
+    """Attention on the injected [N, 4, 2, 2] seen as 4 tokens of width 4 (2 heads)."""
+    return seq(("tokens", Reshape((4, 4))), ("attn", MultiHeadSelfAttention(4, 2, **options)))
+
+
+ATTENTION_CASES: tuple[LayerCase, ...] = (
+    LayerCase("attention", _attention(), (4, 2, 2)),
+    LayerCase("attention-causal", _attention(causal=True), (4, 2, 2)),
+    LayerCase("attention-causal-no-bias", _attention(causal=True, bias=False), (4, 2, 2)),
+)
+LAYER_CASES += ATTENTION_CASES
+
+
+def _add_cases() -> tuple[LayerCase, ...]:
+    """Add over branches: a pre-norm style residual (identity + branch) and three branches."""
+    conv = seq(("conv", Conv2d(2, 2, 3, padding=1)), ("gelu", GELU()))
+    residual = Add((seq(), conv))
+    seq_branch = seq(("ln", LayerNorm((5,))), ("conv", Conv1d(2, 2, 3, padding=1)))
+    three = Add((seq(), seq(("tanh", Tanh())), seq_branch))
+    return (LayerCase("add-residual", residual), LayerCase("add-three-branches", three, (2, 5)))
+
+
+SEQUENCE_CASES: tuple[LayerCase, ...] = (
+    LayerCase("gelu", GELU()),
+    LayerCase("gelu-tanh", GELU("tanh")),
+    LayerCase("silu", SiLU()),
+    LayerCase("tanh", Tanh()),
+    LayerCase("sigmoid", Sigmoid()),
+    LayerCase("softmax-channels", Softmax(1)),
+    LayerCase("softmax-last", Softmax(-1), (3, 4)),
+    LayerCase("log-softmax-channels", LogSoftmax(1)),
+    LayerCase("log-softmax-last", LogSoftmax(-1), (3, 4)),
+    LayerCase("layernorm-last", LayerNorm((5,))),
+    LayerCase("layernorm-last-two", LayerNorm((5, 5))),
+    LayerCase("layernorm-tokens-no-affine", LayerNorm((4,), elementwise_affine=False), (3, 4)),
+    LayerCase("conv1d", Conv1d(2, 3, 3), (2, 6)),
+    LayerCase("conv1d-stride-pad", Conv1d(2, 3, 3, stride=2, padding=1), (2, 7)),
+    LayerCase("conv1d-no-bias", Conv1d(2, 3, 1, bias=False), (2, 4)),
+    LayerCase("batchnorm1d-features", BatchNorm1d(3), (3,)),
+    LayerCase("batchnorm1d-sequence", BatchNorm1d(2), (2, 5)),
+    LayerCase("batchnorm1d-eval", BatchNorm1d(2), (2, 5), train=False),
+    LayerCase("embedding", Embedding(7, 4), (3,), vocab=7),
+    LayerCase("positional-embedding", PositionalEmbedding(5, 4), (3, 4)),
+    *_add_cases(),
+)
+LAYER_CASES += SEQUENCE_CASES
+
+
 def case_spec(case: LayerCase) -> ModelSpec:
     """``layer`` on input ``x`` of ``case.shape``, then Flatten and a Linear head to 10
     logits where needed (a Linear layer gets a Flatten before it and is the head)."""
@@ -95,14 +164,32 @@ def case_spec(case: LayerCase) -> ModelSpec:
             probe, probe.init_params(), np.zeros((1, *case.shape)), train=False
         )
         layers = [("layer", case.layer)]
-        if out.ndim == 4:
+        if out.ndim > 2:
             layers.append(("flatten", Flatten()))
         net = seq(*layers, ("head", Linear(int(np.prod(out.shape[1:])), 10)))
     return ModelSpec(f"layer-{case.id}", net, input_shape=case.shape, init="torch_default")
 
 
+def _is_image(shape: tuple[int, ...]) -> bool:
+    return len(shape) == 3 and shape[1] == shape[2]
+
+
+def case_input(case: LayerCase, rng: np.random.Generator, dtype: str = "float32") -> np.ndarray:
+    """The layer's input: standard normal values, or integer ids when ``case.vocab``."""
+    if case.vocab:
+        return rng.integers(0, case.vocab, (BATCH, *case.shape)).astype(np.int64)
+    return rng.standard_normal((BATCH, *case.shape)).astype(dtype)
+
+
 def injected_spec(spec: ModelSpec) -> ModelSpec:
-    """``spec`` behind the injection convolution (see the module docstring)."""
+    """``spec`` behind the injection (see the module docstring)."""
+    if not _is_image(spec.input_shape):
+        size = int(np.prod(spec.input_shape))
+        inject = seq(
+            ("linear", Linear(BATCH, size, bias=False)), ("reshape", Reshape(spec.input_shape))
+        )
+        net = seq((INJECT, inject), *spec.net.layers)
+        return ModelSpec(spec.name, net, input_shape=(BATCH,), init=spec.init)
     c, h, w = spec.input_shape
     if h != w:
         raise ValueError(f"the injection needs a square input, not {spec.input_shape}")
@@ -113,11 +200,31 @@ def injected_spec(spec: ModelSpec) -> ModelSpec:
 def one_hot_images(spec: ModelSpec) -> np.ndarray:
     """The injection's input for ``injected_spec(spec)``: sample n is 1 at the centre of
     channel n."""
+    if not _is_image(spec.input_shape):
+        return np.eye(BATCH, dtype=np.float32)
     _, h, _ = spec.input_shape
     x = np.zeros((BATCH, BATCH, 2 * h - 1, 2 * h - 1), np.float32)
     for n in range(BATCH):
         x[n, n, h - 1, h - 1] = 1.0
     return x
+
+
+def inject_weight_name(spec: ModelSpec) -> str:
+    return f"{INJECT}.weight" if _is_image(spec.input_shape) else f"{INJECT}.linear.weight"
+
+
+def to_injection(x: np.ndarray) -> np.ndarray:
+    """The injection weight that feeds ``x`` (a batch of the case's inputs)."""
+    if x.ndim == 4 and x.shape[2] == x.shape[3]:
+        return flip(x)
+    return np.ascontiguousarray(x.reshape(x.shape[0], -1).T)
+
+
+def from_injection(w: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The injection weight's gradient back to the gradient w.r.t. the layer's input."""
+    if _is_image(shape):
+        return flip(w)
+    return np.ascontiguousarray(w.T.reshape(BATCH, *shape))
 
 
 def flip(a: np.ndarray) -> np.ndarray:
@@ -135,7 +242,8 @@ def case_params(spec: ModelSpec, x: np.ndarray, seed: int = 0) -> dict[str, np.n
             params[k] = rng.uniform(0.5, 2.0, v.shape).astype(np.float32)
         elif k.endswith(("running_mean", "bias")) or ".bn" in k or k.startswith("layer."):
             params[k] = (0.5 * rng.standard_normal(v.shape)).astype(np.float32)
-    params[f"{INJECT}.weight"] = flip(x)
+    if not np.issubdtype(x.dtype, np.integer):
+        params[inject_weight_name(spec)] = to_injection(x)
     return params
 
 
@@ -149,14 +257,16 @@ def check_layer(backend: Backend, case: LayerCase, dtype: str = "float32") -> No
     and gradients w.r.t. its input and every parameter, against :mod:`reference_grad`."""
     spec = case_spec(case)
     rng = np.random.default_rng([len(case.id), 3])
-    x = rng.standard_normal((BATCH, *case.shape)).astype(np.float32)
+    x = case_input(case, rng)
     y = rng.integers(0, 10, BATCH).astype(np.int64)
     params = case_params(spec, x)
-    model = backend.build_model(injected_spec(spec), dtype=dtype)
+    inject = inject_weight_name(spec)
+    model = backend.build_model(spec if case.vocab else injected_spec(spec), dtype=dtype)
     backend.set_params(model, params)
-    ref_params = {k: v for k, v in params.items() if k != f"{INJECT}.weight"}
+    ref_params = {k: v for k, v in params.items() if k != inject}
     device = model.devices[0]
-    x0 = backend.to_tensor(one_hot_images(spec).astype(dtype), device)
+    fed = x if case.vocab else one_hot_images(spec).astype(dtype)
+    x0 = backend.to_tensor(fed, device)
     got = backend.to_numpy(backend.forward(model, x0))
     want = reference_grad.forward(spec, ref_params, x, train=False)
     _close(got, want, f"{case.id}: eval-mode output", dtype)
@@ -171,7 +281,12 @@ def check_layer(backend: Backend, case: LayerCase, dtype: str = "float32") -> No
     _close(backend.to_numpy(logits), want, f"{case.id}: training output", dtype)
     _close(backend.to_numpy(loss), np.asarray(want_loss), f"{case.id}: loss", dtype)
     grads = backend.gradients(model)
-    gx = flip(grads.pop(f"{INJECT}.weight"))
+    if case.vocab:  # integer ids: nothing to check w.r.t. the input
+        assert sorted(grads) == sorted(want_grads), f"{case.id}: gradients of {sorted(grads)}"
+        for name, g in want_grads.items():
+            _close(grads[name], g, f"{case.id}: gradient of {name}", dtype)
+        return
+    gx = from_injection(grads.pop(inject), case.shape)
     assert sorted(grads) == sorted(want_grads), f"{case.id}: gradients of {sorted(grads)}"
     for name, g in want_grads.items():
         _close(grads[name], g, f"{case.id}: gradient of {name}", dtype)

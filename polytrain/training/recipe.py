@@ -9,6 +9,8 @@ from typing import Any
 
 from polytrain.backend.precision import PRECISIONS
 from polytrain.errors import ConfigError
+from polytrain.neutral.dropout_masks import ParityMasks
+from polytrain.neutral.dropout_masks import check_mode as check_dropout_masks
 from polytrain.neutral.losses import LossSpec, MetricSpec, parse_loss, parse_metric
 from polytrain.neutral.optim import OptimizerConfig
 from polytrain.training.schedules import Schedule
@@ -40,6 +42,7 @@ class Recipe:
     weight_decay: float = 0.0
     per_layer_weight_decay: dict[str, float] = field(default_factory=dict)
     seed: int = 0
+    dropout_masks: str = "framework"  # or "parity": numpy's masks on every backend
     devices: str = "cpu"
     accumulate: int = 1
     precision: str = "fp32"
@@ -90,6 +93,7 @@ class Recipe:
         self.loss_spec()
         self.metric_spec()
         self._check_schedule_and_clipping()
+        check_dropout_masks(self.dropout_masks)
 
     def _check_schedule_and_clipping(self) -> None:
         self.schedule = str(Schedule.parse(self.schedule))  # canonical; one line if malformed
@@ -109,6 +113,11 @@ class Recipe:
                     f"--early-stop {self.early_stop} watches the validation accuracy: add "
                     "--val-split (e.g. 0.1) to hold out a validation set."
                 )
+
+    def parity_masks(self, rank: int = 0) -> ParityMasks | None:
+        """The numpy dropout-mask source of ``dropout_masks="parity"`` (None: the
+        frameworks' own dropout)."""
+        return ParityMasks(self.seed, rank) if self.dropout_masks == "parity" else None
 
     def lr_schedule(self) -> Schedule:
         """The schedule of ``schedule``, with ``warmup_steps`` as its warm-up."""

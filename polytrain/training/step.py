@@ -12,6 +12,7 @@ by global norm) acts on the summed, unscaled gradients, just before the update.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import signal
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ import numpy as np
 from polytrain.backend.base import Backend, Model
 from polytrain.backend.precision import param_dtype
 from polytrain.errors import ConfigError
+from polytrain.neutral.dropout_masks import ParityMasks
 from polytrain.neutral.losses import LossSpec, MetricSpec, metric_sum
 from polytrain.neutral.optim import Optimizer
 from polytrain.neutral.sharding import shard_bounds
@@ -56,7 +58,10 @@ class StepRunner:
         metric: MetricSpec | None = None,
         clip_grad_norm: float | None = None,
         clip_grad_value: float | None = None,
+        dropout_masks: ParityMasks | None = None,
     ) -> None:
+        self.dropout_masks = dropout_masks
+        self.steps_taken = 0  # the step of parity dropout masks when train_step gets none
         self.clip_grad_norm = clip_grad_norm
         self.clip_grad_value = clip_grad_value
         self.loss = loss or LossSpec()
@@ -79,30 +84,24 @@ class StepRunner:
         return x.astype(self._input_dtype, copy=False) if x.dtype.kind == "f" else x
 
     def train_step(
-        self, x: np.ndarray, y: np.ndarray, global_count: int | None = None, stop_signal: int = 0
-    ) -> StepResult:
+        self, x: np.ndarray, y: np.ndarray, global_count: int | None = None, stop_signal: int = 0,
+        *, step: int | None = None,
+    ) -> StepResult:  # fmt: skip
         """One update from this process's part of a global batch of ``global_count``
         samples (default: ``len(x)``, a single process). ``stop_signal`` (a signal this
         process received, or 0) rides on the step's sum of numbers, so that every process
-        learns it at the same step (SIGTERM wins over SIGINT) and all stop there together."""
+        learns it at the same step (SIGTERM wins over SIGINT) and all stop there together.
+        ``step``: the global step, which keys parity dropout masks (default: one more than
+        the last)."""
         b, model, mp = self.backend, self.model, self.mixed_precision
         x = self._cast(x)
         denominator = global_count or len(x)
         self.optimizer.zero_grad()
-        losses: list[Any] = []
-        corrects: list[Any] = []
-        for lo, hi in shard_bounds(len(x), self.accumulate, what="micro-batches"):
-            xs = b.split_and_load(x[lo:hi], model.devices)
-            ys = b.split_and_load(y[lo:hi], model.devices)
-            shard_losses = []
-            with b.record(), mp.autocast():
-                for i, (xi, yi) in enumerate(zip(xs, ys, strict=True)):
-                    logits = b.forward(model, xi, replica=i, train=True)
-                    shard_losses.append(b.loss(logits, yi, self.loss, "sum"))
-                    corrects.append(self._metric(logits, yi))
-            for loss in shard_losses:
-                b.backward(b.scale_loss(loss, denominator, mp.loss_scale))
-            losses.extend(shard_losses)
+        step = self.steps_taken if step is None else step
+        self.steps_taken = step + 1
+        masks = self.dropout_masks.step(step) if self.dropout_masks else contextlib.nullcontext()
+        with masks:
+            losses, corrects = self._forward_backward(x, y, denominator)
         b.sync_gradients(model)
         loss_sum = sum(float(b.to_numpy(v)) for v in losses)
         correct = self._metric_total(corrects)
@@ -124,6 +123,28 @@ class StepRunner:
             self.clip_gradients()
             self.optimizer.step()
         return StepResult(loss_sum, correct, total, skipped, stop_signal)
+
+    def _forward_backward(
+        self, x: np.ndarray, y: np.ndarray, denominator: int
+    ) -> tuple[list[Any], list[Any]]:
+        """Forward and backward of every micro-batch on every replica, in that order; the
+        per-shard summed losses and metric sums."""
+        b, model, mp = self.backend, self.model, self.mixed_precision
+        losses: list[Any] = []
+        corrects: list[Any] = []
+        for lo, hi in shard_bounds(len(x), self.accumulate, what="micro-batches"):
+            xs = b.split_and_load(x[lo:hi], model.devices)
+            ys = b.split_and_load(y[lo:hi], model.devices)
+            shard_losses = []
+            with b.record(), mp.autocast():
+                for i, (xi, yi) in enumerate(zip(xs, ys, strict=True)):
+                    logits = b.forward(model, xi, replica=i, train=True)
+                    shard_losses.append(b.loss(logits, yi, self.loss, "sum"))
+                    corrects.append(self._metric(logits, yi))
+            for loss in shard_losses:
+                b.backward(b.scale_loss(loss, denominator, mp.loss_scale))
+            losses.extend(shard_losses)
+        return losses, corrects
 
     def _metric(self, outputs: Any, targets: Any) -> Any:
         """The metric's sum over a shard: accuracy by the backend's verb (no copy of the

@@ -236,6 +236,7 @@ class Trainer:
                 metric=recipe.metric_spec(),
                 clip_grad_norm=recipe.clip_grad_norm,
                 clip_grad_value=recipe.clip_grad_value,
+                dropout_masks=recipe.parity_masks(b.rank),
             )
             self.loader = BatchLoader(
                 self.data.train,
@@ -412,8 +413,9 @@ class Trainer:
                 # backends apply changes only
                 self.optimizer.set_lr(self.schedule.lr_at(self.global_step, r.lr))
                 result = self.runner.train_step(
-                    x, y, global_count=sizes[step], stop_signal=self._stop_signal or 0
-                )
+                    x, y, global_count=sizes[step], stop_signal=self._stop_signal or 0,
+                    step=self.global_step,
+                )  # fmt: skip
                 loss = result.loss_sum / result.samples
                 scaled = self.runner.mixed_precision.scaler is not None
                 problem = self.health.observe(self.global_step + 1, loss, result.skipped, scaled)

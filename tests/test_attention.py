@@ -1,0 +1,76 @@
+"""Multi-head self-attention: canonical names/layouts through every native format.
+(Forward and gradients on every backend: the attention LayerCases of the conformance suite.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from convert_helpers import assert_same, random_params
+from test_convert import load_with_framework
+
+from polytrain import get_backend
+from polytrain.errors import ConfigError
+from polytrain.io.convert import builtin_map, read_weights, write_weights
+from polytrain.neutral.models import Flatten, Linear, ModelSpec, MultiHeadSelfAttention, seq
+from polytrain.testing import backends_under_test
+
+
+def attention_spec(bias: bool = True) -> ModelSpec:
+    layer = MultiHeadSelfAttention(8, 2, causal=True, bias=bias)
+    net = seq(("attn", layer), ("flatten", Flatten()), ("head", Linear(3 * 8, 4)))
+    return ModelSpec("tiny-attention", net, input_shape=(3, 8), num_classes=4)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("backend", backends_under_test())
+def test_attention_weights_round_trip_native_formats(
+    backend: str, bias: bool, tmp_path: Path
+) -> None:
+    """What each backend writes reads back canonical, and what polytrain writes in that
+    format loads into the backend and into the framework's own loader, strictly."""
+    b, spec = get_backend(backend), attention_spec(bias)
+    params = random_params(spec)
+    model = b.build_model(spec)
+    b.set_params(model, params)
+    assert_same(b.get_params(model), params)
+    saved = tmp_path / f"saved{b.native_suffix}"
+    b.save_native(model, str(saved))
+    assert_same(read_weights(saved, model=spec).params, params)
+    ours = tmp_path / f"ours{b.native_suffix}"
+    write_weights(ours, params, backend, model=spec)
+    fresh = b.build_model(spec)
+    b.load_native(fresh, str(ours))
+    assert_same(b.get_params(fresh), params)
+    load_with_framework(backend, fresh, ours)
+    assert_same(b.get_params(fresh), params)
+
+
+def test_paddle_native_layout_of_attention() -> None:
+    """Paddle keeps torch's in_proj [3E, E]; out_proj is a Paddle Linear, [in, out]."""
+    entries = builtin_map(attention_spec(), "paddle").entries
+    assert entries["attn.out_proj.weight"].transpose
+    assert entries["attn.out_proj.weight"].native == "attn.out_proj.weight"
+    assert not entries["attn.in_proj_weight"].transpose
+    assert not builtin_map(attention_spec(), "mxnet").entries["attn.out_proj.weight"].transpose
+
+
+def test_attention_init_follows_torch() -> None:
+    params = attention_spec().init_params(0)
+    assert params["attn.in_proj_weight"].shape == (24, 8)
+    assert not params["attn.in_proj_bias"].any() and not params["attn.out_proj.bias"].any()
+
+
+def test_heads_must_divide_the_width() -> None:
+    with pytest.raises(ConfigError, match="multiple of num_heads"):
+        MultiHeadSelfAttention(6, 4)
+
+
+def test_spec_with_attention_round_trips_json() -> None:
+    spec = attention_spec()
+    assert ModelSpec.from_dict(spec.to_dict()) == spec
+    assert list(spec.parameter_shapes())[:4] == [
+        "attn.in_proj_weight", "attn.in_proj_bias", "attn.out_proj.weight", "attn.out_proj.bias",
+    ]  # fmt: skip
+    assert np.prod(spec.parameter_shapes()["attn.in_proj_weight"]) == 3 * 8 * 8
