@@ -480,13 +480,15 @@ def test_launch_read_only_log_dir(tmp_path: Path) -> None:
 @pytest.mark.parametrize("engine", ENGINES)
 def test_launch_concurrent_run(engine: str, tmp_path: Path) -> None:
     master = "127.0.0.1:29631"
-    first = polytrain("launch", "--backend", engine, "--master", master, "--", "sleep", "10")
+    logs = ["--log-dir", str(tmp_path / "logs")]  # Paddle's default is ./log
+    first = polytrain("launch", "--backend", engine, "--master", master, *logs, "--", "sleep",
+                      "10")  # fmt: skip
     try:
         if engine != "paddle":  # the first job's rendezvous listens (Paddle's: no port)
             wait_for(lambda: listening(29631), "the first job's rendezvous", timeout=60)
         time.sleep(1)
-        second = polytrain("launch", "--backend", engine, "--master", master,
-                           "--timeout", "30", "--", "true")  # fmt: skip
+        second = polytrain("launch", "--backend", engine, "--master", master, "--log-dir",
+                           tmp_path / "logs2", "--timeout", "30", "--", "true")  # fmt: skip
         err = finish(second)
         if engine == "paddle":  # one node: Paddle picks free ports itself, nothing shared
             assert second.returncode == 0, err

@@ -81,8 +81,9 @@ def test_first_steps_agree_across_backends(tmp_path) -> None:  # type: ignore[no
 
 def test_non_finite_loss_stops_with_clear_message(backend_name: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     recipe = Recipe(**{**SMALL, "epochs": 1, "lr": 1e6, "optimizer": "sgd"})
-    trainer = Trainer(recipe, backend_name, progress=False, out_dir=tmp_path, checkpoint_every=1,
-                      max_loss_growth=float("inf"))  # fmt: skip  (the NaN itself is tested here)
+    # no loss-growth limit: the NaN itself is tested here
+    trainer = Trainer(recipe, backend_name, progress=False, out_dir=tmp_path,
+                      checkpoint_every=1, max_loss_growth=float("inf"))  # fmt: skip
     with pytest.raises(NonFiniteLossError) as err:
         trainer.fit()
     message = str(err.value)
