@@ -342,8 +342,9 @@ def _generic_notes(fmt: str, declared: NativeFormat, entries: Mapping[str, MapEn
         )
     notes.append(f"not a built-in model: generic {fmt} rules ({rule})")
     transposed = [e.native for e in entries.values() if e.transpose]
-    if transposed:
-        notes.append(f"transposed as {_kinds(declared)} weights: {_names(transposed)}")
+    if transposed:  # the kinds these tensors are, else every kind the format transposes
+        kinds = "/".join(sorted({e.kind for e in entries.values() if e.transpose and e.kind}))
+        notes.append(f"transposed as {kinds or _kinds(declared)} weights: {_names(transposed)}")
     unused = [r.key for r in user.rules if r.key not in matched]
     if unused:
         notes.append(f"map entries that matched no tensor: {_names(unused)}")
