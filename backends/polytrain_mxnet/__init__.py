@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from polytrain import BackendInfo, hookimpl
 from polytrain.backend.base import Backend
@@ -11,6 +12,8 @@ from polytrain.backend.model_walker import ModelWalker
 from polytrain.backend.native_format import NativeFormat
 from polytrain.distributed.launcher import Launcher
 
+from ._compat import mxnet_incompatibility
+
 
 def _backend_class() -> type[Backend]:
     from ._backend import MXNetBackend
@@ -18,10 +21,23 @@ def _backend_class() -> type[Backend]:
     return MXNetBackend
 
 
+@dataclass(frozen=True)
+class MXNetBackendInfo(BackendInfo):
+    """MXNet's entry: unavailable, with the reason, where its pins cannot hold (Python >=
+    3.12, numpy >= 1.24), even if an mxnet package is on the path."""
+
+    @property
+    def install_hint(self) -> str:
+        return mxnet_incompatibility() or super().install_hint
+
+    def available(self) -> bool:
+        return mxnet_incompatibility() is None and super().available()
+
+
 @hookimpl
 def polytrain_register_backends(register: Callable[[BackendInfo], None]) -> None:
     register(
-        BackendInfo(
+        MXNetBackendInfo(
             name="mxnet",
             framework="mxnet",
             distribution="mxnet",
