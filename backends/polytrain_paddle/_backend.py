@@ -222,20 +222,16 @@ class PaddleBackend(Backend):
             out[canonical] = np.ascontiguousarray(g.T) if transposed else g
         return out
 
-    def sync_gradients(self, model: Model) -> None:
-        """Sum the gradients over replicas and processes in fused buckets of
-        ``bucket_mb`` (default 25 MB, :mod:`polytrain.backend.buckets`); 0: one
-        collective per parameter, the backend-neutral path."""
-        if model.num_devices == 1 and self.world_size == 1:
-            return
+    def sync_in_buckets(self, model: Model) -> bool:
+        """Fused buckets of ``bucket_mb`` (default 25 MB), one all_reduce each."""
         limit = bucket_bytes(self.options.bucket_mb)
         if limit == 0:
-            super().sync_gradients(model)
-            return
+            return False
         per_replica = [
             [p.grad for p in r.parameters() if not p.stop_gradient] for r in model.replicas
         ]
         _parallel.sync_buckets(per_replica, self.world_size, limit)
+        return True
 
     def replica_gradients(self, model: Model) -> list[list[Tensor]]:
         trainable = [[p for p in r.parameters() if not p.stop_gradient] for r in model.replicas]

@@ -196,18 +196,14 @@ class TorchBackend(Backend):
             out[name] = np.zeros(tuple(p.shape), _NUMPY[p.dtype]) if g is None else self.to_numpy(g)
         return out
 
-    def sync_gradients(self, model: Model) -> None:
-        """Sum the gradients over replicas and processes in flat buckets of
-        ``bucket_mb`` (default 25 MB, :mod:`polytrain.backend.buckets`); 0: one
-        collective per parameter, the backend-neutral path."""
-        if model.num_devices == 1 and self.world_size == 1:
-            return
+    def sync_in_buckets(self, model: Model) -> bool:
+        """Flat buckets of ``bucket_mb`` (default 25 MB), one all_reduce each."""
         limit = bucket_bytes(self.options.bucket_mb)
         if limit == 0:
-            super().sync_gradients(model)
-            return
+            return False
         replicas = [[p for p in r.parameters() if p.requires_grad] for r in model.replicas]
         _parallel.sync_buckets(replicas, self.world_size, limit)
+        return True
 
     def replica_gradients(self, model: Model) -> list[list[Tensor]]:
         per_replica = [[p.grad for p in r.parameters()] for r in model.replicas]

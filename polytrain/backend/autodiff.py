@@ -62,8 +62,16 @@ class AutodiffVerbs(ModelVerbs, CollectiveVerbs):
         holds the gradient of the whole global batch."""
         if model.num_devices == 1 and self.world_size == 1:
             return
+        if self.sync_in_buckets(model):
+            return
         for grads in self.replica_gradients(model):
             self.allreduce(grads, "sum")
+
+    def sync_in_buckets(self, model: Model) -> bool:
+        """The fused path of :meth:`sync_gradients`: sum the gradients in flat buckets of
+        ``bucket_mb`` (:mod:`polytrain.backend.buckets`) and return True; False (the
+        default, and a bucket size of 0) leaves one collective per parameter."""
+        return False
 
     def grad_norm(self, model: Model) -> float:
         """Global L2 norm of replica 0's gradients (after synchronisation)."""
