@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from polytrain.cli import arguments as num
 from polytrain.errors import ConfigError, PolytrainError
 from polytrain.training.health import DEFAULT_MAX_LOSS_GROWTH, DEFAULT_MAX_SKIPPED
+from polytrain.training.presets import PRESETS, preset_recipe
 from polytrain.training.recipe import Recipe
 
 if TYPE_CHECKING:
@@ -128,6 +129,12 @@ def cmd_data(args: argparse.Namespace) -> int:
 def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
     """The options of a recipe (shared by train and compare)."""
     d = Recipe()
+    p.add_argument(
+        "--recipe",
+        default=None,
+        metavar="NAME",
+        help=f"start from a built-in recipe ({', '.join(PRESETS)}); flags given override it",
+    )
     p.add_argument(
         "--model",
         default=d.model,
@@ -259,6 +266,21 @@ def parse_layer_decay(text: str | None) -> dict[str, float]:
 
 
 def recipe_from_args(args: argparse.Namespace) -> Recipe:
+    """The recipe of the command line: a built-in ``--recipe`` with the flags written on
+    the command line on top, or the flags alone."""
+    recipe = _flag_recipe(args)
+    if getattr(args, "recipe", None) is None:
+        return recipe
+    given = recipe.to_dict()
+    written = {_FIELD_OF_FLAG.get(d, d) for d in getattr(args, "explicit", set(given))}
+    explicit = written & set(given)
+    return preset_recipe(args.recipe, {key: given[key] for key in explicit})
+
+
+_FIELD_OF_FLAG = {"layer_weight_decay": "per_layer_weight_decay"}
+
+
+def _flag_recipe(args: argparse.Namespace) -> Recipe:
     return Recipe(
         model=args.model,
         dataset=args.dataset,

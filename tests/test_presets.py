@@ -1,0 +1,42 @@
+"""Built-in recipes (``--recipe NAME``): the preset's fields, with written flags on top."""
+
+from __future__ import annotations
+
+import pytest
+
+from polytrain.cli.main import build_parser, explicit_options, recipe_from_args
+from polytrain.errors import ConfigError
+from polytrain.training.presets import PRESETS, preset_recipe
+from polytrain.training.recipe import Recipe
+
+
+def _recipe(*argv: str) -> Recipe:
+    parser = build_parser()
+    args = parser.parse_args(["train", *argv])
+    args.explicit = explicit_options(list(argv), args.subparser)
+    return recipe_from_args(args)
+
+
+def test_default_preset_is_the_default_recipe() -> None:
+    assert preset_recipe("lenet-fashion-mnist") == Recipe()
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_builds(name: str) -> None:
+    recipe = preset_recipe(name)
+    for key, value in PRESETS[name].items():
+        assert getattr(recipe, key) == value
+
+
+def test_written_flags_override_the_preset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(PRESETS, "probe", {"lr": 0.123, "epochs": 7, "batch_size": 64})
+    recipe = _recipe("--recipe", "probe", "--epochs", "3", "--layer-weight-decay", "fc1=0.5")
+    assert (recipe.lr, recipe.epochs, recipe.batch_size) == (0.123, 3, 64)
+    assert recipe.per_layer_weight_decay == {"fc1": 0.5}
+    # a flag left at its default does not undo the preset
+    assert _recipe("--recipe", "probe", "--lr", str(Recipe().lr)).epochs == 7
+
+
+def test_unknown_preset_lists_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match="Built-in recipes: lenet-fashion-mnist"):
+        _recipe("--recipe", "nope")
