@@ -29,7 +29,7 @@ def conv2d(x: Tensor, w: Tensor, b: Tensor | None, stride: int = 1, padding: int
 
 
 def linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-    """``x @ w.T + b`` (PyTorch's Linear, weight [out, in])."""
+    """``x @ w.T + b`` on x [..., in] (PyTorch's Linear, weight [out, in])."""
     with np.errstate(all="ignore"):
         out = x.data @ w.data.T
         if b is not None:
@@ -39,8 +39,9 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
     def vjp(g: np.ndarray) -> Grads:
         with np.errstate(all="ignore"):
             gx = g @ w.data if x.requires_grad else None
-            gw = g.T @ x.data
-            return (gx, gw) if b is None else (gx, gw, g.sum(axis=0))
+            rows = g.reshape(-1, g.shape[-1])  # [..., out]: every leading axis is a row
+            gw = rows.T @ x.data.reshape(-1, x.data.shape[-1])
+            return (gx, gw) if b is None else (gx, gw, rows.sum(axis=0))
 
     return record(out, inputs, vjp)
 

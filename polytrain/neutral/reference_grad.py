@@ -113,10 +113,11 @@ def _backward(
         if layer.bias:
             grads[_key(path, "bias")] = gb
         return gx
-    if isinstance(layer, Linear):
-        grads[_key(path, "weight")] = g.T @ x
+    if isinstance(layer, Linear):  # x [..., in]: every leading axis is a row
+        rows = g.reshape(-1, g.shape[-1])
+        grads[_key(path, "weight")] = rows.T @ x.reshape(-1, x.shape[-1])
         if layer.bias:
-            grads[_key(path, "bias")] = g.sum(axis=0)
+            grads[_key(path, "bias")] = rows.sum(axis=0)
         return g @ p[_key(path, "weight")]
     if isinstance(layer, BatchNorm2d):
         return _batch_norm_backward(layer, path, p, x, g, train, grads)

@@ -148,6 +148,7 @@ SEQUENCE_CASES: tuple[LayerCase, ...] = (
     LayerCase("batchnorm1d-eval", BatchNorm1d(2), (2, 5), train=False),
     LayerCase("embedding", Embedding(7, 4), (3,), vocab=7),
     LayerCase("positional-embedding", PositionalEmbedding(5, 4), (3, 4)),
+    LayerCase("linear-tokens", seq(("fc", Linear(4, 5))), (3, 4)),
     *_add_cases(),
 )
 LAYER_CASES += SEQUENCE_CASES
