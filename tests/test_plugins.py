@@ -73,8 +73,9 @@ def test_explicit_plugin_list_loads_only_those(monkeypatch: pytest.MonkeyPatch) 
 class FakeFramework:
     """A plugin registered inside the test: its 'framework' is the json module."""
 
-    def __init__(self, name: str = "fake", framework: str = "json") -> None:
+    def __init__(self, name: str = "fake", framework: str = "json", **info: str | None) -> None:
         self.name, self.framework = name, framework
+        self.info = {"extra": "fake", **info}
 
     @hookimpl
     def polytrain_register_backends(self, register):  # type: ignore[no-untyped-def]
@@ -83,7 +84,7 @@ class FakeFramework:
         def factory(options):  # type: ignore[no-untyped-def]
             return TorchBackend(options)
 
-        register(BackendInfo(self.name, self.framework, "pytest", factory, extra="fake"))
+        register(BackendInfo(self.name, self.framework, "pytest", factory, **self.info))
 
 
 def test_plugin_registered_in_test_is_resolved() -> None:
@@ -101,6 +102,35 @@ def test_missing_framework_error_names_install_command() -> None:
         get_backend("ghost", pm=pm)
     assert "pip install 'polytrain[fake]'" in str(err.value)
     assert "not installed" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("info", "hint"),
+    [
+        ({"extra": None}, "pip install 'pytest'"),  # no polytrain[ghost] extra exists
+        ({"extra": None, "install": "pip install ghost-plugin[gpu]"}, "ghost-plugin[gpu]"),
+    ],
+)
+def test_install_hint_comes_from_the_plugin(info: dict[str, str | None], hint: str) -> None:
+    pm = make_plugin_manager(autoload=False)
+    pm.register(FakeFramework("ghost", "no_such_framework_xyz", **info))
+    with pytest.raises(BackendError) as err:
+        get_backend("ghost", pm=pm)
+    assert hint in str(err.value) and "polytrain[" not in str(err.value)
+
+
+def test_backends_json_says_how_to_install_a_missing_framework(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import polytrain.plugins.registry as registry
+    from polytrain.cli.main import main
+
+    pm = make_plugin_manager(autoload=False)
+    pm.register(FakeFramework("ghost", "no_such_framework_xyz", extra=None))
+    monkeypatch.setattr(registry, "default_plugin_manager", lambda: pm)
+    assert main(["backends", "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert entry["installed"] is False and entry["install"] == "pip install 'pytest'"
 
 
 def test_duplicate_backend_names_are_an_error() -> None:

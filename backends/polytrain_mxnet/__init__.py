@@ -41,6 +41,7 @@ def polytrain_register_backends(register: Callable[[BackendInfo], None]) -> None
             name="mxnet",
             framework="mxnet",
             distribution="mxnet",
+            extra="mxnet",
             # One core less by default: the engine's worker thread runs the operators while
             # the Python thread queues the next ones; OpenMP on every core then
             # oversubscribes them (measured: 1 thread 6-18% faster than 2 on 2 cores,

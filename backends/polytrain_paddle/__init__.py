@@ -25,6 +25,7 @@ def polytrain_register_backends(register: Callable[[BackendInfo], None]) -> None
             name="paddle",
             framework="paddle",
             distribution="paddlepaddle",
+            extra="paddle",
             factory=backend_factory(_backend_class),
             description="PaddlePaddle (paddle.nn, paddle.distributed gloo/nccl)",
             order=20,

@@ -25,6 +25,7 @@ def polytrain_register_backends(register: Callable[[BackendInfo], None]) -> None
             name="torch",
             framework="torch",
             distribution="torch",
+            extra="torch",
             factory=backend_factory(_backend_class),
             description="PyTorch (torch.nn, torch.distributed gloo/nccl)",
             order=10,

@@ -10,13 +10,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from polytrain._version import __version__
 from polytrain.cli import arguments as num
+from polytrain.data.registry import DATASETS
 from polytrain.errors import ConfigError, PolytrainError
+from polytrain.neutral.models import MODELS
 from polytrain.training.health import DEFAULT_MAX_LOSS_GROWTH, DEFAULT_MAX_SKIPPED
 from polytrain.training.presets import PRESETS, preset_recipe
 from polytrain.training.recipe import Recipe
@@ -67,6 +71,8 @@ def cmd_backends(args: argparse.Namespace) -> int:
             "installed": info.available(),
             "devices": None,
         }
+        if not entry["installed"]:
+            entry["install"] = info.install_hint  # the plugin's own hint (or why not here)
         if name in args.names and info.available():
             try:
                 backend = get_backend(name)
@@ -138,10 +144,10 @@ def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         default=d.model,
-        help="lenet, lenet-scratch, paddle-mnist, torch-dp-cnn, mlp, resnet18; or your own: "
+        help=f"{', '.join(MODELS)}; or your own: "
         "pkg.module:factory (returns a ModelSpec) or a spec .json/.toml (docs/user-models.md)",
     )
-    p.add_argument("--dataset", default=d.dataset, help="fashion-mnist or mnist")
+    p.add_argument("--dataset", default=d.dataset, help=", ".join(DATASETS))
     p.add_argument(
         "--data",
         default=None,
@@ -686,12 +692,39 @@ def cmd_port(args: argparse.Namespace) -> int:
 # -- parser ---------------------------------------------------------------------------------
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """``--help`` shows each option's default, unless it is None or False (no value)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "%(default)" in text
+            or not action.option_strings
+            or default is None
+            or default is False
+            or default is argparse.SUPPRESS
+            or isinstance(action, argparse._HelpAction | argparse._VersionAction)
+        ):
+            return action.help
+        return f"{text} (default: %(default)s)".lstrip()
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: its ``--help`` shows the defaults."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="polytrain",
         description="Write a training recipe once; run it on PyTorch, PaddlePaddle or MXNet.",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"polytrain {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser)
 
     p = sub.add_parser("backends", help="list backends (import only the ones named)")
     p.add_argument("names", nargs="*", help="backends to import and probe for devices")
@@ -954,6 +987,13 @@ def _sigterm_raises(command: str) -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null so that Python's final flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -961,7 +1001,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.explicit = explicit_options(argv, args.subparser)
     try:
         with _sigterm_raises(args.command):
-            return int(args.func(args))
+            code = int(args.func(args))
+            sys.stdout.flush()  # a closed pipe surfaces here, not at interpreter exit
+            return code
+    except BrokenPipeError:  # `polytrain ... --json | head`: the reader left; not an error
+        _drop_stdout()
+        return 128 + signal.SIGPIPE
     except Stopped as stop:
         name = signal.Signals(stop.signum).name
         print(f"polytrain {args.command}: interrupted by {name}", file=sys.stderr)

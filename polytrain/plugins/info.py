@@ -26,10 +26,17 @@ class BackendInfo:
     order: int = 100  # display order in compare/doctor/backends; the lowest is compare's reference
     collectives: str = ""  # how its processes talk, as `polytrain doctor` shows it
     auto_select: bool = True  # may be picked when no backend is named and it is the only one
+    install: str | None = None  # the plugin's own install command, e.g. "pip install my-jax"
 
     @property
     def install_hint(self) -> str:
-        return f"pip install 'polytrain[{self.extra or self.name}]'"
+        """How to get the framework: the plugin's ``install`` command, else polytrain's
+        ``extra`` when the plugin names one, else the framework's distribution."""
+        if self.install:
+            return self.install
+        if self.extra:
+            return f"pip install 'polytrain[{self.extra}]'"
+        return f"pip install '{self.distribution}'"
 
     def available(self) -> bool:
         """True if the framework can be found (not imported) in this environment."""

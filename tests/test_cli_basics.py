@@ -1,0 +1,39 @@
+"""What a new user meets first: --version, --help with defaults, a closed pipe."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from polytrain import __version__
+from polytrain.cli.main import main
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"polytrain {__version__}"
+
+
+def test_help_shows_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "--batch-size BATCH_SIZE global batch size (default: 256)" in text
+    assert "(default: None)" not in text and "(default: False)" not in text
+
+
+def test_closed_pipe_is_not_an_error() -> None:
+    """``polytrain backends --json | head -0``: the reader is gone before the first write."""
+    cmd = [sys.executable, "-m", "polytrain", "backends", "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    with proc.stderr:
+        err = proc.stderr.read().decode()
+    assert proc.wait() == 128 + signal.SIGPIPE
+    assert err == ""
