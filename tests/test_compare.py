@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 from pathlib import Path
@@ -21,10 +23,15 @@ SLICE = ["--train-samples", "512", "--test-samples", "200", "--batch-size", "64"
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
+    """--parity-steps 20 on a slice whose free runs take 8 steps: the lockstep replays 8."""
     out = tmp_path_factory.mktemp("compare")
     names = ",".join(backends_under_test())
-    code = main(["compare", "--backends", names, *SLICE, "--parity-steps", "6", "--out", str(out),
-                 "--quiet"])  # fmt: skip
+    printed, progress = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(progress):
+        code = main(["compare", "--backends", names, *SLICE, "--parity-steps", "20", "--out",
+                     str(out)])  # fmt: skip
+    (out / "stdout.txt").write_text(printed.getvalue())
+    (out / "stderr.txt").write_text(progress.getvalue())
     return code, out
 
 
@@ -48,10 +55,14 @@ def test_lockstep_steps_agree_closely(report: tuple[int, Path]) -> None:
     if len(backends_under_test()) < 2:
         assert lock is None
         return
-    assert lock["steps"] == 6
+    assert lock["steps"] == 8  # the free runs' steps, not --parity-steps 20
     for name, worst in lock["worst"].items():
         assert worst["loss"] < 1e-5, name
         assert worst["params"] < 1e-5, name
+    err = (out / "stderr.txt").read_text()
+    assert "lockstep: 8 steps" in err and "the free runs took 8 steps" in err
+    assert "lockstep: step 8/8" in err  # the progress line's last report
+    assert "on each of 8 steps" in " ".join((out / "stdout.txt").read_text().split())
 
 
 def test_broken_tolerance_exits_non_zero(tmp_path: Path) -> None:
@@ -139,3 +150,4 @@ def test_lockstep_gradient_tolerance_fails_by_name_and_step() -> None:
     assert compare_runs([a, b], Recipe(), Tolerances(grad=0.3), lockstep_result=lock).ok
     fp64 = Recipe(precision="fp64")
     assert not compare_runs([a, b], fp64, Tolerances(), lockstep_result=lock).ok
+

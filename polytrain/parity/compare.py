@@ -31,6 +31,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -271,16 +272,50 @@ def _compare(
             print(f"== {name}: free run ==", file=sys.stderr, flush=True)
         runs.append(run_backend(name, recipe, out / name, threads=threads, quiet=quiet))
     locked = None
-    if lockstep_steps and len(backends) > 1:
+    steps = lockstep_length(runs, lockstep_steps)
+    if steps and len(backends) > 1:
         if not quiet:
-            print(f"== lockstep: {lockstep_steps} steps from {reference}'s state on every "
-                  "backend ==", file=sys.stderr, flush=True)  # fmt: skip
+            why = lockstep_note(runs, lockstep_steps)
+            print(f"== lockstep: {steps} steps from {reference}'s state on every backend "
+                  f"({why}) ==", file=sys.stderr, flush=True)  # fmt: skip
         train = load_datasets(recipe).train
-        locked = lockstep(backends, recipe, lockstep_steps, train=train, threads=threads)
+        progress = None if quiet else ProgressLine("lockstep", steps)
+        locked = lockstep(backends, recipe, steps, train=train, threads=threads, progress=progress)
     result = compare_runs(runs, recipe, tol, reference, locked)
     write_json(result, out / "comparison.json")
     write_plot(result, out / "comparison.png")
     return result
+
+
+def lockstep_length(runs: list[BackendRun], limit: int) -> int:
+    """Lockstep replays at most the steps the free runs took (their longest), and at
+    most ``limit`` (--parity-steps)."""
+    return min(limit, max((len(run.step_losses) for run in runs), default=0))
+
+
+def lockstep_note(runs: list[BackendRun], limit: int) -> str:
+    """Why the lockstep has the length it has, for the progress line."""
+    took = max((len(run.step_losses) for run in runs), default=0)
+    if took < limit:
+        return f"the free runs took {took} steps; --parity-steps {limit}"
+    return f"--parity-steps {limit}; the free runs took {took}"
+
+
+class ProgressLine:
+    """``lockstep: step 40/200 (12 s)`` on stderr, at most every ``every`` seconds and at
+    the end: long work shows that it moves."""
+
+    def __init__(self, what: str, total: int, every: float = 10.0) -> None:
+        self.what, self.total, self.every = what, total, every
+        self.start = self.last = time.monotonic()
+
+    def __call__(self, done: int) -> None:
+        now = time.monotonic()
+        if done < self.total and now - self.last < self.every:
+            return
+        self.last = now
+        print(f"   {self.what}: step {done}/{self.total} ({now - self.start:.0f} s)",
+              file=sys.stderr, flush=True)  # fmt: skip
 
 
 def load_comparison(path: str | Path) -> dict[str, Any]:

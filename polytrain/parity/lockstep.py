@@ -18,6 +18,7 @@ the layers before a BatchNorm differ by several percent (docs/semantics.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,8 +160,10 @@ def lockstep(
     *,
     train: ArrayDataset,
     threads: int | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> LockstepResult:
-    """Run ``steps`` lockstep steps of ``recipe``; the first backend is the reference."""
+    """Run ``steps`` lockstep steps of ``recipe``; the first backend is the reference.
+    ``progress`` is called with the number of steps done after each one."""
     runners = {name: _Runner(get_backend(name, threads=threads), recipe) for name in backends}
     reference = backends[0]
     result = LockstepResult(reference, 0)
@@ -194,6 +197,8 @@ def lockstep(
                 )
             params, opt_state = ref.params, ref.optimizer_state
             done += 1
+            if progress is not None:
+                progress(done)
             if done >= steps:
                 break
         epoch += 1
