@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -55,3 +56,10 @@ def test_unknown_backend_is_reported_not_crashed() -> None:
     (report,) = run_doctor(["nope"], collectives=False)
     assert report["importable"] is False
     assert "Unknown backend 'nope'" in report["error"]
+
+
+def test_doctor_says_what_it_probes_while_it_works(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["doctor", "numpy", "--no-collectives"]) == 0
+    err = capsys.readouterr().err
+    assert "doctor [1/1] numpy: imports, devices, threads, precisions ..." in err
+    assert re.search(r"doctor \[1/1\] numpy: done \(\d+ s\)", err)

@@ -130,10 +130,16 @@ def allreduce_worker(name: str) -> int:
     return 0 if total == 3.0 else 1
 
 
-def run_doctor(names: list[str], collectives: bool = True) -> list[dict[str, Any]]:
-    """One report per backend (each probe in its own subprocess)."""
+def run_doctor(
+    names: list[str], collectives: bool = True, progress: bool = False
+) -> list[dict[str, Any]]:
+    """One report per backend (each probe in its own subprocess); ``progress``: a line on
+    stderr as each probe starts and ends (an import of Paddle alone takes seconds)."""
     reports = []
-    for name in names:
+    for i, name in enumerate(names, start=1):
+        start = time.monotonic()
+        say = _progress(progress, f"[{i}/{len(names)}] {name}")
+        say("imports, devices, threads, precisions ...")
         cmd = [sys.executable, "-m", "polytrain.cli.doctor", "--probe", name]
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT,
@@ -145,9 +151,21 @@ def run_doctor(names: list[str], collectives: bool = True) -> list[dict[str, Any
         except subprocess.TimeoutExpired:
             report = {"backend": name, "importable": False, "error": "the probe timed out"}
         if collectives and report.get("importable"):
+            say("2-process allreduce ...")
             report["collective"] = probe_collective(name)
+        say(f"done ({time.monotonic() - start:.0f} s)")
         reports.append(report)
     return reports
+
+
+def _progress(enabled: bool, prefix: str) -> Any:
+    """A function printing ``doctor PREFIX: TEXT`` on stderr (or nothing)."""
+
+    def say(text: str) -> None:
+        if enabled:
+            print(f"doctor {prefix}: {text}", file=sys.stderr, flush=True)
+
+    return say
 
 
 def main(argv: list[str]) -> int:

@@ -569,7 +569,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from polytrain.plugins.registry import registered_backends
 
     names = args.names or list(registered_backends())
-    reports = run_doctor(names, collectives=not args.no_collectives)
+    reports = run_doctor(names, collectives=not args.no_collectives, progress=not args.json)
     if args.json:
         print(json.dumps(reports, indent=2))
         return 0
