@@ -83,6 +83,7 @@ class PaddleLauncher(EngineLauncher):
 
     backend = "paddle"
     name = "paddle.distributed.launch"
+    shows_rank_zero = True  # measured: rank 0's output on its console, beside workerlog.0
     environment = PaddleEnvironment()
     rank_variable = "PADDLE_TRAINER_ID"
 

@@ -11,16 +11,20 @@ reach (:mod:`polytrain.distributed.network`).
 
 Timeouts: the engine's launcher must start this node's workers within ``--timeout``
 seconds, then the workers bound their own rendezvous and every collective
-(``polytrain train --timeout``). Worker output goes to ``LOG_DIR/workerlog.<rank>``.
+(``polytrain train --timeout``). Worker output goes to ``LOG_DIR/workerlog.<rank>``, and
+rank 0's to the console too (:mod:`polytrain.distributed.console_tail`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
+from pathlib import Path
 
 from polytrain.distributed.cluster import LAUNCH_WORLD_VAR
+from polytrain.distributed.console_tail import FollowLog
 from polytrain.distributed.launcher import Launcher, LaunchSpec
 from polytrain.distributed.network import check_master_port, interface_of, node_address
 from polytrain.distributed.supervisor import python_command
@@ -69,4 +73,7 @@ def launch(spec: LaunchSpec, launcher: Launcher) -> int:
     check_master_port(spec)
     address = node_address(spec)
     env = {**os.environ, **engine_env(spec, address), **spec.env}
-    return launcher.launch(spec, env, address)
+    follow = spec.log_dir and spec.node_rank == 0 and not launcher.shows_rank_zero
+    rank_zero = FollowLog(Path(spec.log_dir, "workerlog.0")) if follow and spec.log_dir else None
+    with rank_zero or contextlib.nullcontext():
+        return launcher.launch(spec, env, address)

@@ -76,6 +76,9 @@ class Launcher(ABC):
     """the engine's launcher, for messages (``torchrun``)"""
     environment: ClassVar[ClusterEnvironment | None] = None
     """how a worker reads this launcher's variables (None: it sets none of its own)"""
+    shows_rank_zero: ClassVar[bool] = False
+    """the engine's launcher prints rank 0's output on its console itself (Paddle's);
+    otherwise ``polytrain launch --log-dir`` follows ``workerlog.0`` there"""
     unsupported: ClassVar[str | None] = None
     """when set, the backend cannot run several processes: the one-line reason, which
     ``polytrain launch`` prints instead of launching"""
