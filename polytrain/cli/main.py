@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from polytrain._version import __version__
 from polytrain.cli import arguments as num
+from polytrain.cli.config_file import apply_config, recipe_toml
 from polytrain.data.registry import DATASETS
 from polytrain.errors import ConfigError, PolytrainError
 from polytrain.neutral.models import MODELS
 from polytrain.training.health import DEFAULT_MAX_LOSS_GROWTH, DEFAULT_MAX_SKIPPED
 from polytrain.training.presets import PRESETS, preset_recipe
 from polytrain.training.recipe import Recipe
+from polytrain.utils.fileio import atomic_write_text
 
 if TYPE_CHECKING:
     from polytrain.backend.native_format import NativeFormat
@@ -135,6 +137,13 @@ def cmd_data(args: argparse.Namespace) -> int:
 def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
     """The options of a recipe (shared by train and compare)."""
     d = Recipe()
+    p.add_argument(
+        "--config",
+        default=None,
+        metavar="TOML",
+        help="a recipe file: one key per option (batch_size = 128); flags given override it "
+        "(polytrain recipe RUN_DIR writes one from a run)",
+    )
     p.add_argument(
         "--recipe",
         default=None,
@@ -424,6 +433,22 @@ def cmd_train(args: argparse.Namespace) -> int:
     )
     if summary.stop_reason.startswith("early stop"):
         print(f"polytrain train: {summary.stop_reason}", file=sys.stderr)
+    return 0
+
+
+def cmd_recipe(args: argparse.Namespace) -> int:
+    """Print the recipe of a run (its latest checkpoint's) as a recipe file."""
+    from polytrain.io.checkpoint import find_checkpoint, read_manifest
+
+    checkpoint = find_checkpoint(args.run)
+    recipe = read_manifest(checkpoint).get("recipe")
+    if not recipe:
+        raise ConfigError(f"{checkpoint} records no recipe (written by an older polytrain?).")
+    text = f"# the recipe of {checkpoint}\n" + recipe_toml(Recipe.from_dict(recipe).to_dict())
+    if args.out:
+        atomic_write_text(args.out, text)
+    else:
+        print(text, end="")
     return 0
 
 
@@ -797,6 +822,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_train, subparser=p)
 
+    p = sub.add_parser("recipe", help="print a run's recipe as a recipe file (--config)")
+    p.add_argument("run", metavar="RUN_DIR", help="a run folder or one of its checkpoints")
+    p.add_argument("-o", "--out", default=None, metavar="TOML", help="write it there instead")
+    p.set_defaults(func=cmd_recipe, subparser=p)
+
     p = sub.add_parser("compare", help="run one recipe on several backends and compare")
     p.add_argument("--backends", default=None, help="comma-separated (default: all installed)")
     add_recipe_arguments(p)
@@ -1003,6 +1033,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.explicit = explicit_options(argv, args.subparser)
     try:
+        if getattr(args, "config", None):
+            args.explicit |= apply_config(args, args.subparser, args.config)
         with _sigterm_raises(args.command):
             code = int(args.func(args))
             sys.stdout.flush()  # a closed pipe surfaces here, not at interpreter exit
