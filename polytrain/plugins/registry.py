@@ -168,9 +168,6 @@ def _collect(pm: pluggy.PluginManager | None, hook: str, kind: type[Any], key: s
     return found
 
 
-BUILT_IN_EXTRAS = ("torch", "paddle", "mxnet")  # polytrain's own extras (pyproject.toml)
-
-
 def installed_backends(pm: pluggy.PluginManager | None = None) -> list[str]:
     """Names of registered backends whose framework is installed."""
     return [name for name, info in registered_backends(pm).items() if info.available()]
@@ -202,11 +199,8 @@ def resolve_backend_name(name: str | None, pm: pluggy.PluginManager | None = Non
     if name not in backends and name in broken:
         raise BackendError(
             f"The plugin providing backend {name!r} failed to load: {broken[name]}. "
-            + (
-                f"Reinstall it, e.g.: pip install --force-reinstall 'polytrain[{name}]'."
-                if name in BUILT_IN_EXTRAS
-                else "Reinstall the package that provides it."
-            )
+            "Reinstall the package that provides it (one of polytrain's own: "
+            f"pip install --force-reinstall 'polytrain[{name}]')."
         )
     if name not in backends:
         close = difflib.get_close_matches(name, list(backends), n=1)
