@@ -1,5 +1,5 @@
-"""The ``polytrain`` command line: backends, data, train, compare, convert, port, launch,
-env, doctor.
+"""The ``polytrain`` command line: backends, data, train, compare, convert, port, port-code,
+launch, env, doctor.
 
 Every sub-command is a small function; errors the user can fix print one clear line
 and exit with status 2, never a traceback.
@@ -716,6 +716,18 @@ def cmd_port(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- port-code ------------------------------------------------------------------------------
+
+
+def cmd_port_code(args: argparse.Namespace) -> int:
+    """Convert Paddle source code into PyTorch source code; report what was converted."""
+    from polytrain.porting.code import EXIT_UNCONVERTED, port_code
+
+    report = port_code(args.source, args.output, overwrite=args.overwrite)
+    print(report.format(show_unsupported=args.show_unsupported))
+    return 0 if report.all_converted else EXIT_UNCONVERTED
+
+
 # -- parser ---------------------------------------------------------------------------------
 
 
@@ -982,6 +994,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-map", action="store_true", help="print the map; write no weights")
     p.add_argument("--seed", type=num.seed, default=0, help="of the random input")
     p.set_defaults(func=cmd_port, subparser=p)
+
+    p = sub.add_parser(
+        "port-code",
+        help="rewrite Paddle code as PyTorch code (file or folder); unconverted calls are marked",
+        description="Example: polytrain port-code train.py -o train_torch.py. SRC is never "
+        "modified. Exit status 0: everything converted; 3: some calls left in place under a "
+        "'# polytrain port-code:' comment; 2: an error. See docs/porting.md.",
+    )
+    p.add_argument("source", metavar="SRC", help="a .py file or a folder")
+    p.add_argument(
+        "-o", "--output", default=None, metavar="OUT",
+        help="the new file or folder (default: SRC with _torch added); must not exist",
+    )  # fmt: skip
+    p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    p.add_argument(
+        "--show-unsupported", action="store_true", help="list each unconverted API and why"
+    )
+    p.set_defaults(func=cmd_port_code, subparser=p)
 
     p = sub.add_parser("env", help="rank, world size and master as this process sees them")
     p.add_argument("--explain", action="store_true", help="which source won and why")

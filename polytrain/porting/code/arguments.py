@@ -1,0 +1,246 @@
+"""A call's arguments rewritten by a table entry: bound to the source's parameters, then
+renamed, reordered, dropped (only values the target behaves as), converted (listed
+constants, templates), completed with the target's differing defaults, and wrapped
+(a fused activation becomes a layer after the call). Anything else raises
+:class:`NotConverted` with the reason the marker comment gives."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import libcst as cst
+
+from polytrain.porting.code.table import ANY, Arg, Entry, literal
+
+NO_SPACE = cst.AssignEqual(
+    whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+)
+_EMPTY = cst.Module(body=[])
+
+
+class NotConverted(Exception):
+    """A use the table cannot convert; the message is the reason."""
+
+
+def code(node: cst.CSTNode) -> str:
+    return _EMPTY.code_for_node(node)
+
+
+def _value(expr: cst.BaseExpression) -> tuple[bool, Any]:
+    """(is a literal, its value)."""
+    try:
+        return True, ast.literal_eval(code(expr).strip())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False, None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Literal equality that keeps ``False`` apart from ``0`` and ``1.0`` from ``True``."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return bool(a == b) and (a is None) == (b is None)
+
+
+def _listing(spec: Arg) -> str:
+    values = [v for v in (*spec.drop, *spec.convert) if v != ANY]
+    return ", ".join(values)
+
+
+def _atom(text: str) -> str:
+    """``text`` in parentheses unless it is a name, number, string or call."""
+    try:
+        node = cst.parse_expression(text)
+    except cst.ParserSyntaxError:
+        return f"({text})"
+    simple = (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.Attribute, cst.Call)
+    return text if isinstance(node, simple) else f"({text})"
+
+
+@dataclass
+class Converted:
+    """The target callable's name, its arguments, and the layers that follow it."""
+
+    target: str
+    args: list[cst.Arg]
+    wraps: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Bound:
+    spec: Arg
+    node: cst.Arg
+    position: int | None  # its index among the source's positional arguments
+
+
+def _bind(entry: Entry, args: Sequence[cst.Arg], api: str) -> list[_Bound]:
+    bound: list[_Bound] = []
+    for i, arg in enumerate(args):
+        if arg.star:
+            raise NotConverted(f"`{arg.star}` arguments hide their names from the table")
+        if arg.keyword is None:
+            if i >= len(entry.args):
+                raise NotConverted(f"more positional arguments than {api} takes in the table")
+            bound.append(_Bound(entry.args[i], arg, i))
+            continue
+        spec = entry.arg(arg.keyword.value)
+        if spec is None:
+            raise NotConverted(f"its argument `{arg.keyword.value}=` is not in the table")
+        bound.append(_Bound(spec, arg, None))
+    return bound
+
+
+def _target(entry: Entry, bound: list[_Bound]) -> tuple[str, str | None]:
+    """The target name (``target_by`` picks it by an argument's value) and the parameter
+    consumed choosing it."""
+    if entry.target_by is None:
+        return entry.target, None
+    name, choices = entry.target_by
+    given = next((b for b in bound if b.spec.name == name), None)
+    if given is None:
+        return entry.target, name
+    is_literal, value = _value(given.node.value)
+    for key, target in choices.items():
+        if is_literal and _same(value, literal(key)):
+            return target, name
+    raise NotConverted(
+        f"`{name}={code(given.node.value)}`: the table converts only {', '.join(choices)}"
+    )
+
+
+def _convert_value(spec: Arg, node: cst.Arg) -> str | None:
+    """The target code of one argument's value, or None when it is dropped."""
+    text = code(node.value)
+    restricted = bool(spec.drop or spec.convert) or spec.to is None
+    if ANY in spec.drop:
+        return None
+    is_literal, value = _value(node.value)
+    if is_literal:
+        if any(_same(value, literal(d)) for d in spec.drop):
+            return None
+        for key, target in spec.convert.items():
+            if _same(value, literal(key)):
+                return target
+    if spec.others:
+        return text
+    listed = is_literal and bool(spec.drop or spec.convert)
+    if spec.template is not None and not listed:
+        return spec.template.format(_atom(text))
+    if not restricted:
+        return None if spec.to is None else text
+    why = spec.why or "PyTorch has no such argument"
+    allowed = _listing(spec)
+    also = f"; the table takes only {allowed}" if allowed else ""
+    return _fail(f"`{spec.name}={text.strip()}`: {why}{also}")
+
+
+def _fail(reason: str) -> str:
+    raise NotConverted(reason)
+
+
+def _keyword(name: str, value: cst.BaseExpression, original: cst.Arg | None) -> cst.Arg:
+    equal = original.equal if original is not None and original.keyword is not None else NO_SPACE
+    return cst.Arg(value=value, keyword=cst.Name(name), equal=equal)
+
+
+def convert_arguments(entry: Entry, args: Sequence[cst.Arg], api: str) -> Converted:
+    """The converted call's target, arguments and wrapping layers (NotConverted if not)."""
+    bound = _bind(entry, args, api)
+    target, chooser = _target(entry, bound)
+    emitted: list[tuple[str, cst.BaseExpression, _Bound | None]] = []
+    wraps: list[str] = []
+    for b in bound:
+        if b.spec.name == chooser:
+            continue
+        new = _convert_value(b.spec, b.node)
+        if new is None:
+            continue
+        if b.spec.wrap:
+            wraps.append(new)
+            continue
+        if new.startswith("*"):
+            star_value = cst.parse_expression(new[1:])
+            emitted.append((f"*{b.spec.name}", star_value, b))
+            continue
+        value = b.node.value if new == code(b.node.value) else cst.parse_expression(new)
+        name = b.spec.target_name
+        assert name is not None
+        emitted.append((name, value, b))
+    given = {b.spec.name for b in bound}
+    for spec in entry.args:
+        if spec.name not in given and spec.default is not None and spec.target_name:
+            emitted.append((spec.target_name, cst.parse_expression(spec.default), None))
+    emitted = _tuples(entry, emitted)
+    return Converted(target, _layout(entry, emitted, args), wraps)
+
+
+def _tuples(
+    entry: Entry, emitted: list[tuple[str, cst.BaseExpression, _Bound | None]]
+) -> list[tuple[str, cst.BaseExpression, _Bound | None]]:
+    """``betas.0`` and ``betas.1`` merged into ``betas=(b1, b2)`` where either was given."""
+    parts: dict[str, dict[int, cst.BaseExpression]] = {}
+    out: list[tuple[str, cst.BaseExpression, _Bound | None]] = []
+    given: set[str] = set()
+    for name, value, b in emitted:
+        base, dot, index = name.partition(".")
+        if not dot:
+            out.append((name, value, b))
+            continue
+        parts.setdefault(base, {})[int(index)] = value
+        if b is not None:
+            given.add(base)
+    for base, values in parts.items():
+        if base not in given:
+            continue  # only defaults: the target's own defaults are the same
+        for spec in entry.args:
+            head, dot, index = (spec.target_name or "").partition(".")
+            if dot and head == base and int(index) not in values:
+                assert spec.default is not None, f"{entry.source}: {spec.name} needs a default"
+                values[int(index)] = cst.parse_expression(spec.default)
+        items = [cst.Element(values[i]) for i in sorted(values)]
+        out.append((base, cst.Tuple(items), None))
+    return out
+
+
+def _layout(
+    entry: Entry,
+    emitted: list[tuple[str, cst.BaseExpression, _Bound | None]],
+    original: Sequence[cst.Arg],
+) -> list[cst.Arg]:
+    """Positional where the target takes the argument at the same place the source had it
+    (or always, for names the table marks ``!``), keywords after, in the source's order;
+    the original separators (and the comments in them) kept by position."""
+    by_name = {name: (value, b) for name, value, b in emitted}
+    out: list[cst.Arg] = []
+    used: set[str] = set()
+    for i, wanted in enumerate(entry.positional):
+        always = wanted.startswith("!")
+        name = wanted.lstrip("!")
+        if name not in by_name:
+            break
+        value, b = by_name[name]
+        if not always and (b is None or b.position != i):
+            break
+        out.append(cst.Arg(value=value))
+        used.add(name)
+    for name, value, _b in emitted:
+        if name.startswith("*") and name not in used:
+            out.append(cst.Arg(value=value, star="*"))
+            used.add(name)
+    for name, value, b in emitted:
+        if name not in used:
+            out.append(_keyword(name, value, b.node if b else None))
+    commas = [a.comma for a in original]
+    fixed = []
+    for i, arg in enumerate(out):
+        if i == len(out) - 1:
+            comma = commas[-1] if commas else _DEFAULT  # a trailing comma stays
+        else:
+            comma = commas[i] if i < len(commas) - 1 else _DEFAULT
+        fixed.append(arg.with_changes(comma=comma))
+    return fixed
+
+
+_DEFAULT: Any = cst.MaybeSentinel.DEFAULT

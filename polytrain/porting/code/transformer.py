@@ -1,0 +1,433 @@
+"""The libcst transformer of ``polytrain port-code``: framework uses found through their
+imports (libcst's qualified names resolve ``import paddle.nn as nn``, ``from paddle
+import nn`` and the rest), rewritten by the table, or left in place under a marker
+comment naming the API and the reason."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import libcst as cst
+from libcst.metadata import (
+    CodeRange,
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedName,
+    QualifiedNameProvider,
+    QualifiedNameSource,
+)
+
+from polytrain.porting.code.arguments import NotConverted, code, convert_arguments
+from polytrain.porting.code.report import Use
+from polytrain.porting.code.table import Entry, Framework
+
+MARKER = "# polytrain port-code: {api} not converted: {why}"
+NOT_IN_TABLE = "not in the mapping table yet"
+SCHEDULER_ALONE = (
+    "a scheduler is converted when an optimizer is made from it in the same block, after "
+    "it (`opt = paddle.optimizer.X(learning_rate=sched, ...)`): PyTorch builds it on the "
+    "optimizer"
+)
+_COMMA = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+_RECEIVER = "__polytrain_receiver__"
+Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
+
+
+def framework_of(name: str, tables: Mapping[str, Framework]) -> Framework | None:
+    root = name.split(".", 1)[0]
+    return tables.get(root)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    framework: Framework
+    name: str  # the qualified name, e.g. paddle.nn.Linear
+
+
+class PortTransformer(cst.CSTTransformer):
+    """One pass over a module. ``aliases``: import aliases of source modules kept as
+    aliases of their target modules (local name -> target module); the other converted
+    uses are written with the target's full name (``needs_root`` then says so)."""
+
+    METADATA_DEPENDENCIES = (QualifiedNameProvider, ParentNodeProvider, PositionProvider)
+
+    def __init__(
+        self,
+        tables: Mapping[str, Framework],
+        imported: Iterable[str],
+        aliases: Mapping[str, str],
+    ) -> None:
+        super().__init__()
+        self.tables = tables
+        self.imported = [tables[r] for r in imported if r in tables]  # method tables in use
+        self.aliases = dict(aliases)
+        self.uses: list[Use] = []
+        self.needs_root: set[str] = set()
+        self._markers: dict[cst.CSTNode, list[str]] = {}
+        self._call_funcs: set[cst.CSTNode] = set()
+        self._flatten: set[cst.CSTNode] = set()
+        self._scheduler_of: dict[cst.CSTNode, str] = {}  # scheduler call -> optimizer name
+        self._lr_of: dict[cst.CSTNode, cst.BaseExpression] = {}  # optimizer call -> its lr
+        self._moves: dict[cst.CSTNode, list[tuple[cst.CSTNode, cst.CSTNode]]] = {}
+        self._made: dict[cst.CSTNode, list[cst.CSTNode]] = {}
+
+    # -- lookups ------------------------------------------------------------------------
+
+    def _resolve(self, node: cst.CSTNode) -> Resolved | None:
+        if not _dotted(node):  # ``f(x).detach``: an attribute of a value, not a name
+            return None
+        none: Collection[QualifiedName] = ()
+        names = self.get_metadata(QualifiedNameProvider, node, none)
+        for q in sorted(names, key=lambda q: q.name):
+            if q.source is QualifiedNameSource.IMPORT:
+                fw = framework_of(q.name, self.tables)
+                if fw is not None:
+                    return Resolved(fw, q.name)
+        return None
+
+    def _line(self, node: cst.CSTNode) -> int:
+        where: CodeRange = self.get_metadata(PositionProvider, node)
+        return where.start.line
+
+    def _statement(self, node: cst.CSTNode) -> cst.CSTNode:
+        current = node
+        while not isinstance(current, Statement):
+            current = self.get_metadata(ParentNodeProvider, current)
+        return current
+
+    def _method(self, name: str) -> Entry | None:
+        for fw in self.imported:
+            entry = fw.methods.get("." + name)
+            if entry is not None:
+                return entry
+        return None
+
+    # -- results --------------------------------------------------------------------------
+
+    def _done(self, node: cst.CSTNode, api: str) -> None:
+        self.uses.append(Use(self._line(node), api))
+
+    def _left(self, node: cst.CSTNode, api: str, why: str) -> None:
+        self.uses.append(Use(self._line(node), api, why))
+        self._markers.setdefault(self._statement(node), []).append(MARKER.format(api=api, why=why))
+
+    def _target_expr(self, original: cst.BaseExpression, target: str) -> cst.BaseExpression:
+        """``target`` through a kept alias when the use went through one, else in full."""
+        head = original
+        while isinstance(head, cst.Attribute):
+            head = head.value
+        if isinstance(head, cst.Name) and head.value in self.aliases:
+            module = self.aliases[head.value]
+            if target.startswith(module + "."):
+                return cst.parse_expression(head.value + target[len(module) :])
+        return self._full(target)
+
+    def _full(self, text: str) -> cst.BaseExpression:
+        for fw in self.tables.values():
+            if text == fw.target_root or text.startswith(fw.target_root + "."):
+                self.needs_root.add(fw.target_root)
+        return cst.parse_expression(text)
+
+    def _table_code(self, fw: Framework, text: str) -> cst.BaseExpression:
+        """Code from the table (a converted value, a wrapping layer): its target names are
+        written in full."""
+        if fw.target_root in text:
+            self.needs_root.add(fw.target_root)
+        return cst.parse_expression(text)
+
+    # -- schedulers -----------------------------------------------------------------------
+
+    def _assigned_call(self, stmt: cst.CSTNode) -> tuple[str, cst.Call, Entry] | None:
+        """``name = <framework call>`` on a line of its own: (name, call, entry)."""
+        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+            return None
+        small = stmt.body[0]
+        if not (
+            isinstance(small, cst.Assign)
+            and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Name)
+            and isinstance(small.value, cst.Call)
+        ):
+            return None
+        found = self._resolve(small.value.func)
+        entry = found.framework.entries.get(found.name) if found else None
+        if entry is None:
+            return None
+        return small.targets[0].target.value, small.value, entry
+
+    def _pair_schedulers(self, block: cst.CSTNode, body: Sequence[cst.CSTNode]) -> None:
+        """``sched = <scheduler>(learning_rate=LR, ...)`` followed in the same block by
+        ``opt = <optimizer>(learning_rate=sched, ...)``: PyTorch builds the scheduler on the
+        optimizer, so the optimizer takes LR and the scheduler moves after it."""
+        pending: dict[str, tuple[cst.CSTNode, cst.Call, Entry]] = {}
+        for stmt in body:
+            found = self._assigned_call(stmt)
+            if found is not None and found[2].kind == "scheduler":
+                pending[found[0]] = (stmt, found[1], found[2])
+                continue
+            if found is None or not pending:
+                continue
+            name, call, entry = found
+            lr_arg = _argument(call, entry, "learning_rate")
+            if lr_arg is None or not isinstance(lr_arg.value, cst.Name):
+                continue
+            sched = pending.pop(lr_arg.value.value, None)
+            if sched is None:
+                continue
+            sched_stmt, sched_call, sched_entry = sched
+            lr = _argument(sched_call, sched_entry, "learning_rate")
+            if lr is None:
+                continue
+            self._scheduler_of[sched_call] = name
+            self._lr_of[call] = lr.value
+            self._moves.setdefault(block, []).append((sched_stmt, stmt))
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._pair_schedulers(node, node.body)
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self._pair_schedulers(node, node.body)
+
+    def _moved(self, original: cst.CSTNode, body: Sequence[cst.BaseStatement]) -> list:
+        out = list(body)
+        for sched_stmt, opt_stmt in self._moves.get(original, []):
+            made_s, made_o = self._made.get(sched_stmt, []), self._made.get(opt_stmt, [])
+            if len(made_s) != 1 or len(made_o) != 1:
+                continue
+            try:
+                i = next(k for k, n in enumerate(out) if n is made_s[0])
+                j = next(k for k, n in enumerate(out) if n is made_o[0])
+            except StopIteration:
+                continue
+            moving = out.pop(i)
+            j = j - 1 if j > i else j
+            out.insert(j + 1, moving)
+        return out
+
+    def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+        return updated.with_changes(body=self._moved(original, updated.body))
+
+    def leave_IndentedBlock(
+        self, original: cst.IndentedBlock, updated: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        return updated.with_changes(body=self._moved(original, updated.body))
+
+    # -- visitors -------------------------------------------------------------------------
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self._call_funcs.add(node.func)
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        named = isinstance(original.func, cst.Name | cst.Attribute)
+        found = self._resolve(original.func) if named else None
+        if found is not None:
+            return self._convert_call(original, updated, found)
+        if isinstance(original.func, cst.Attribute):
+            entry = self._method(original.func.attr.value)
+            if entry is not None:
+                return self._convert_method(original, updated, entry)
+        return updated
+
+    def _convert_call(
+        self, original: cst.Call, updated: cst.Call, found: Resolved
+    ) -> cst.BaseExpression:
+        entry = found.framework.entries.get(found.name)
+        api = found.name
+        if entry is None:
+            self._left(original, api, NOT_IN_TABLE)
+            return updated
+        if entry.unsupported:
+            self._left(original, api, entry.unsupported)
+            return updated
+        if entry.kind == "context":
+            return self._context(original, updated, api)
+        if entry.kind == "reference":
+            self._done(original, api)
+            return updated.with_changes(func=self._target_expr(original.func, entry.target))
+        if entry.kind == "scheduler" and original not in self._scheduler_of:
+            self._left(original, api, SCHEDULER_ALONE)
+            return updated
+        args = updated.args
+        if original in self._lr_of:
+            args = _with_argument(args, entry, "learning_rate", self._lr_of[original])
+        try:
+            converted = convert_arguments(entry, args, api)
+        except NotConverted as exc:
+            self._left(original, api, str(exc))
+            return updated
+        new_args = converted.args
+        if original in self._scheduler_of:
+            first = cst.Arg(cst.Name(self._scheduler_of[original]))
+            new_args = [first.with_changes(comma=_COMMA) if new_args else first, *new_args]
+        call = updated.with_changes(
+            func=self._target_expr(original.func, converted.target), args=new_args
+        )
+        self._done(original, api)
+        return self._wrapped(found.framework, call, converted.wraps)
+
+    def _wrapped(
+        self, fw: Framework, call: cst.BaseExpression, wraps: Sequence[str]
+    ) -> cst.BaseExpression:
+        if not wraps:
+            return call
+        layers = [cst.Arg(self._table_code(fw, w)) for w in wraps]
+        return cst.Call(func=self._table_code(fw, fw.sequential), args=[cst.Arg(call), *layers])
+
+    def _convert_method(
+        self, original: cst.Call, updated: cst.Call, entry: Entry
+    ) -> cst.BaseExpression:
+        api = entry.source
+        if entry.unsupported:
+            self._left(original, api, entry.unsupported)
+            return updated
+        try:
+            converted = convert_arguments(entry, updated.args, api)
+        except NotConverted as exc:
+            self._left(original, api, str(exc))
+            return updated
+        assert isinstance(updated.func, cst.Attribute)
+        chain = cst.parse_expression(_RECEIVER + converted.target)
+        func = chain.visit(_Receiver(updated.func.value))
+        self._done(original, api)
+        assert isinstance(func, cst.BaseExpression)
+        return updated.with_changes(func=func, args=converted.args)
+
+    def _context(self, original: cst.Call, updated: cst.Call, api: str) -> cst.BaseExpression:
+        """``with <api>(...):`` whose target is nothing to enter: the body stays, unindented."""
+        item = self.get_metadata(ParentNodeProvider, original)
+        stmt = None
+        if isinstance(item, cst.WithItem) and item.asname is None:
+            stmt = self.get_metadata(ParentNodeProvider, item)
+        ok = (
+            isinstance(stmt, cst.With)
+            and len(stmt.items) == 1
+            and isinstance(stmt.body, cst.IndentedBlock)
+        )
+        if not ok:
+            self._left(original, api, "removed only as the one item of `with ...:` on its own")
+            return updated
+        assert stmt is not None
+        self._flatten.add(stmt)
+        self._done(original, api)
+        return updated
+
+    def leave_With(
+        self, original: cst.With, updated: cst.With
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        if original not in self._flatten:
+            return updated
+        assert isinstance(updated.body, cst.IndentedBlock)
+        body = list(updated.body.body)
+        markers = self._markers.pop(original, [])
+        head = [*updated.leading_lines, *_comments(markers)]
+        first = body[0] if body else None
+        if head and isinstance(first, Statement):
+            body[0] = first.with_changes(leading_lines=[*head, *first.leading_lines])
+        return cst.FlattenSentinel(body)
+
+    def leave_Attribute(
+        self, original: cst.Attribute, updated: cst.Attribute
+    ) -> cst.BaseExpression:
+        return self._reference(original, updated)
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        return self._reference(original, updated)
+
+    def _reference(
+        self, original: cst.Attribute | cst.Name, updated: cst.BaseExpression
+    ) -> cst.BaseExpression:
+        """A framework name used as a value (a base class, a dtype), not called."""
+        if original in self._call_funcs:
+            return updated
+        parent = self.get_metadata(ParentNodeProvider, original, None)
+        if isinstance(parent, cst.Attribute) and parent.value is original:
+            return updated  # a prefix of a longer name: the longer name decides
+        if isinstance(parent, cst.Attribute | cst.Arg | cst.Param) and original is not getattr(
+            parent, "value", None
+        ):
+            return updated  # an attribute's name or a keyword, not a value
+        found = self._resolve(original)
+        if found is None:
+            return updated
+        entry = found.framework.entries.get(found.name)
+        if entry is None:
+            self._left(original, found.name, NOT_IN_TABLE)
+            return updated
+        if entry.kind != "reference":
+            why = entry.unsupported or "used without a call: its arguments cannot be converted"
+            self._left(original, found.name, why)
+            return updated
+        self._done(original, found.name)
+        return self._target_expr(original, entry.target)
+
+    # -- markers --------------------------------------------------------------------------
+
+    def on_leave(  # type: ignore[override]
+        self, original_node: cst.CSTNode, updated_node: cst.CSTNode
+    ) -> cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]:
+        result = super().on_leave(original_node, updated_node)
+        markers = self._markers.pop(original_node, None)
+        if markers and isinstance(result, Statement):
+            known = {line.comment.value for line in result.leading_lines if line.comment}
+            fresh = [m for m in dict.fromkeys(markers) if m not in known]
+            result = result.with_changes(leading_lines=[*result.leading_lines, *_comments(fresh)])
+        if isinstance(original_node, Statement):
+            made = result.nodes if isinstance(result, cst.FlattenSentinel) else [result]
+            self._made[original_node] = [n for n in made if isinstance(n, cst.CSTNode)]
+        return result
+
+
+def _dotted(node: cst.CSTNode) -> bool:
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
+
+
+def _argument(call: cst.Call, entry: Entry, name: str) -> cst.Arg | None:
+    """The argument of ``call`` bound to the source parameter ``name``."""
+    index = next((i for i, a in enumerate(entry.args) if a.name == name), None)
+    for i, arg in enumerate(call.args):
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg
+        if arg.keyword is None and not arg.star and i == index:
+            return arg
+    return None
+
+
+def _with_argument(
+    args: Sequence[cst.Arg], entry: Entry, name: str, value: cst.BaseExpression
+) -> list[cst.Arg]:
+    index = next((i for i, a in enumerate(entry.args) if a.name == name), None)
+    out = []
+    for i, arg in enumerate(args):
+        named = arg.keyword is not None and arg.keyword.value == name
+        if named or (arg.keyword is None and i == index):
+            arg = arg.with_changes(value=value)
+        out.append(arg)
+    return out
+
+
+def _comments(texts: Iterable[str]) -> list[cst.EmptyLine]:
+    return [cst.EmptyLine(indent=True, comment=cst.Comment(t)) for t in dict.fromkeys(texts)]
+
+
+class _Receiver(cst.CSTTransformer):
+    """Puts a method call's receiver where the table's target chain has its placeholder."""
+
+    def __init__(self, receiver: cst.BaseExpression) -> None:
+        super().__init__()
+        self.receiver = receiver
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        return self.receiver if updated.value == _RECEIVER else updated
+
+
+def statement_code(node: cst.CSTNode) -> str:
+    return code(node)
