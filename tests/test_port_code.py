@@ -160,6 +160,22 @@ def test_star_arguments_and_uncalled_names_are_marked() -> None:
     assert sum(result.report.unconverted.values()) == 2
 
 
+def test_an_argument_that_edits_another_is_converted_only_for_its_literals() -> None:
+    source = (
+        "import paddle\n"
+        "a = paddle.matmul(x + 1, y, transpose_x=True, transpose_y=False)\n"
+        "b = paddle.matmul(x, y, transpose_y=flag)\n"
+    )
+    result = convert_source(source)
+    lines = result.code.splitlines()
+    assert "a = torch.matmul((x + 1).mT, y)" in lines
+    assert lines[-1] == "b = paddle.matmul(x, y, transpose_y=flag)"
+    assert result.report.reasons() == {
+        "paddle.matmul": "`transpose_y=flag`: give True or False: the operand is transposed "
+        "(y.mT) by the value; the table takes only False, True"
+    }
+
+
 def test_the_scheduler_moves_after_its_optimizer() -> None:
     source = (
         "import paddle\n"
@@ -229,7 +245,9 @@ def test_command_on_a_file_leaves_src_untouched_and_refuses_an_existing_out(
 
 def test_command_on_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = tmp_path / "proj"
-    shutil.copytree(FIXTURES, src)
+    src.mkdir()
+    for seed in ("paddle_mnist_single.py", "paddle_mnist_multi.py"):
+        shutil.copy(FIXTURES / seed, src / seed)
     (src / "data").mkdir()
     (src / "data" / "notes.txt").write_text("not python", encoding="utf-8")
     (src / "pkg").mkdir()

@@ -182,7 +182,8 @@ def _read(path: PathLike, spec: ModelSpec | None, name_map: PathLike | Mapping[s
             f"{exc} It holds model {found[0]!r}: pass --model {found[0]}."
         ) from None
     kinds = {name: e.kind for name, e in nmap.entries.items() if e.kind is not None}
-    weights = Weights(_as_floats(params, "float32"), spec, fmt, Path(path), notes, kinds=kinds)
+    floats = _float_dtype(params)  # a float64 file stays float64 until the writer decides
+    weights = Weights(_as_floats(params, floats), spec, fmt, Path(path), notes, kinds=kinds)
     return weights, nmap
 
 

@@ -45,7 +45,7 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _listing(spec: Arg) -> str:
-    values = [v for v in (*spec.drop, *spec.convert) if v != ANY]
+    values = [v for v in (*spec.drop, *spec.convert, *spec.edits) if v != ANY]
     return ", ".join(values)
 
 
@@ -110,8 +110,26 @@ def _target(entry: Entry, bound: list[_Bound]) -> tuple[str, str | None]:
     )
 
 
+def _edits(bound: list[_Bound], api: str) -> dict[str, str]:
+    """Source argument -> the template its value goes into, set by another argument's
+    literal value (``transpose_y=True``: ``y`` becomes ``y.mT``)."""
+    out: dict[str, str] = {}
+    for b in bound:
+        if not b.spec.edits:
+            continue
+        is_literal, value = _value(b.node.value)
+        for key, (other, template) in b.spec.edits.items():
+            if is_literal and _same(value, literal(key)):
+                if not any(o.spec.name == other for o in bound):
+                    raise NotConverted(f"`{b.spec.name}={key}` needs `{other}` given")
+                out[other] = template
+    return out
+
+
 def _convert_value(spec: Arg, node: cst.Arg) -> str | None:
     """The target code of one argument's value, or None when it is dropped."""
+    if any(_same(_value(node.value)[1], literal(k)) for k in spec.edits if _value(node.value)[0]):
+        return None  # it edits another argument (``_edits``)
     text = code(node.value)
     restricted = bool(spec.drop or spec.convert) or spec.to is None
     if ANY in spec.drop:
@@ -151,12 +169,15 @@ def convert_arguments(entry: Entry, args: Sequence[cst.Arg], api: str) -> Conver
     target, chooser = _target(entry, bound)
     emitted: list[tuple[str, cst.BaseExpression, _Bound | None]] = []
     wraps: list[str] = []
+    edits = _edits(bound, api)
     for b in bound:
         if b.spec.name == chooser:
             continue
         new = _convert_value(b.spec, b.node)
         if new is None:
             continue
+        if b.spec.name in edits:
+            new = edits[b.spec.name].format(_atom(new))
         if b.spec.wrap:
             wraps.append(new)
             continue

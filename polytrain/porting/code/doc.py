@@ -29,6 +29,8 @@ def _arg(a: Arg) -> str:
     if a.convert and not a.wrap:
         pairs = ", ".join(f"{k} -> {v}" for k, v in a.convert.items())
         parts.append(f"`{a.name}`: {pairs}")
+    for key, (other, template) in a.edits.items():
+        parts.append(f"`{a.name}={key}`: `{other}` -> `{template.format(other)}`")
     if a.default is not None and target:
         parts.append(f"`{target}={a.default}` written when absent")
     return "; ".join(parts)

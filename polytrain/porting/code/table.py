@@ -21,7 +21,9 @@ from polytrain.errors import ConfigError
 
 TABLE_DIR = Path(__file__).parent
 ANY = "*"  # in ``drop``: any value is dropped (it does not change a number)
-ARG_KEYS = {"name", "to", "drop", "convert", "template", "default", "why", "wrap", "others"}
+ARG_KEYS = {
+    "name", "to", "drop", "convert", "template", "default", "why", "wrap", "others", "edits",
+}  # fmt: skip
 KINDS = ("call", "reference", "method", "context", "scheduler")
 
 
@@ -37,7 +39,9 @@ class Arg:
     converted value is a layer that follows the call (``act="relu"``); ``others``: values
     not listed pass as they are. A ``to`` of ``name.0`` / ``name.1`` builds one target
     tuple from two source arguments (Adam's ``beta1``, ``beta2`` -> ``betas``); each part
-    then needs its ``default``."""
+    then needs its ``default``. ``edits``: source literal -> (another source argument,
+    target code around that argument's value): ``transpose_y=True`` makes ``y`` ``y.mT``
+    and is itself dropped."""
 
     name: str
     to: str | None = ""
@@ -48,6 +52,7 @@ class Arg:
     why: str = ""
     wrap: bool = False
     others: bool = False
+    edits: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def target_name(self) -> str | None:
@@ -116,7 +121,8 @@ def _arg(raw: str | Mapping[str, Any], where: str) -> Arg:
         raise ConfigError(f"{where}: bad argument entry {dict(raw)} ({sorted(unknown)}).")
     to = raw.get("to", "")
     drop = tuple(raw.get("drop", ()))
-    for code in (*(d for d in drop if d != ANY), *raw.get("convert", {})):
+    edits = {key: (str(v[0]), str(v[1])) for key, v in raw.get("edits", {}).items()}
+    for code in (*(d for d in drop if d != ANY), *raw.get("convert", {}), *edits):
         literal(code)
     return Arg(
         name=raw["name"],
@@ -128,6 +134,7 @@ def _arg(raw: str | Mapping[str, Any], where: str) -> Arg:
         why=raw.get("why", ""),
         wrap=bool(raw.get("wrap", False)),
         others=bool(raw.get("others", False)),
+        edits=edits,
     )
 
 
