@@ -9,7 +9,9 @@ spec = ModelSpec("tiny", seq(("flatten", Flatten()), ("fc", Linear(784, 10))))
 from __future__ import annotations
 
 from polytrain.neutral.models import (
+    GRU,
     LAYER_TYPES,
+    LSTM,
     AvgPool2d,
     BatchNorm2d,
     Conv2d,
@@ -27,7 +29,9 @@ from polytrain.neutral.models import (
 )
 
 __all__ = [
+    "GRU",
     "LAYER_TYPES",
+    "LSTM",
     "AvgPool2d",
     "BatchNorm2d",
     "Conv2d",

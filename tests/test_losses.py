@@ -144,3 +144,83 @@ def test_targets_are_checked_against_the_loss_in_one_line() -> None:
         check_targets(LossSpec("mse"), MetricSpec(), values, 4, "d")
     with pytest.raises(ConfigError, match="class_weights has 2 entries"):
         check_targets(LossSpec(class_weights=(1, 2)), MetricSpec(), labels, 4, "d")
+
+
+# -- sequence targets: outputs [N, T, C], labels [N, T] ---------------------------------------
+
+SEQUENCE_LOSSES = ("ce", "ce-smooth", "ce-weights", "ce-smooth-weights")
+
+
+def _sequence_case(dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(5)
+    return rng.standard_normal((3, 5, 4)).astype(dtype), rng.integers(0, 4, (3, 5))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", SEQUENCE_LOSSES)
+def test_sequence_loss_value_and_gradient_match_numpy(backend: Any, name: str, dtype: str) -> None:
+    spec = LOSSES[name]
+    outputs, targets = _sequence_case(dtype)
+    rtol, atol = TOL[dtype]
+    yt = backend.to_tensor(targets)
+    for reduction in ("none", "sum", "mean"):
+        got = backend.to_numpy(backend.loss(backend.to_tensor(outputs), yt, spec, reduction))
+        want = loss_reference(spec, outputs, targets, reduction)
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"{name} {reduction}")
+    ops = backend.functional()
+    z = ops.parameter(outputs)
+    with backend.record():
+        loss = backend.loss(z, yt, spec, "sum")
+    backend.backward(loss)
+    grad = backend.to_numpy(ops.grad(z))
+    assert grad.shape == outputs.shape and grad.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(grad, loss_grad_reference(spec, outputs, targets), rtol, atol)
+
+
+@pytest.mark.parametrize("name", SEQUENCE_LOSSES)
+def test_sequence_reference_is_the_mean_over_positions_of_the_tokens(name: str) -> None:
+    spec = LOSSES[name]
+    outputs, targets = _sequence_case("float64")
+    tokens = loss_reference(spec, outputs.reshape(15, 4), targets.reshape(15), "none")
+    per_sample = loss_reference(spec, outputs, targets, "none")
+    np.testing.assert_allclose(per_sample, tokens.reshape(3, 5).mean(axis=1), rtol=1e-14)
+    token_grad = loss_grad_reference(spec, outputs.reshape(15, 4), targets.reshape(15))
+    grad = loss_grad_reference(spec, outputs, targets)
+    np.testing.assert_allclose(grad, token_grad.reshape(3, 5, 4) / 5, rtol=1e-14)
+
+
+def test_sequence_metrics_count_the_share_of_positions_per_sample() -> None:
+    z = np.zeros((2, 3, 3))
+    z[0, :, 0] = 1  # sample 0 predicts class 0 at every position
+    z[1, :, 2] = 1
+    y = np.array([[0, 0, 1], [2, 1, 1]])  # hits: 2 of 3, 1 of 3
+    assert metric_sum(MetricSpec(), z, y) == pytest.approx(2 / 3 + 1 / 3)
+    assert metric_sum(MetricSpec("top_k", k=3), z, y) == pytest.approx(2.0)
+    check_targets(LossSpec(), MetricSpec(), y, 3, "d")  # [N, T] labels are class targets
+    with pytest.raises(DataError, match=r"labels of shape \[2, 3\] do not fit outputs of shape"):
+        loss_reference(LossSpec(), np.zeros((2, 3)), y)
+
+
+def test_sequence_metrics_through_the_step_runner(backend: Any) -> None:
+    """Accuracy of [N, T] labels: per sample the share of positions hit, summed (not a
+    count of samples, so not rounded); a mismatched shape is one line."""
+    from polytrain.neutral.models import Embedding
+
+    spec = ModelSpec("tokens", seq(("emb", Embedding(4, 4))), input_shape=(5,), num_classes=4)
+    model = backend.build_model(spec)
+    params = spec.init_params(seed=1)
+    backend.set_params(model, params)
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 4, (6, 5)), rng.integers(0, 4, (6, 5))
+    runner = StepRunner(backend, model, backend.make_optimizer(model, _sgd()))
+    got, n = runner.eval_batch(x, y)
+    logits = params["emb.weight"][x]
+    assert n == 6
+    assert got == pytest.approx(metric_sum(MetricSpec(), logits, y), rel=1e-6)
+    assert got != round(got)  # a share of positions, not a rounded count
+    _, loss_sum, _ = runner.eval_batch_tokens(x, y)
+    assert loss_sum == pytest.approx(float(loss_reference(LossSpec(), logits, y)), rel=1e-5)
+    result = runner.train_step(x, y)
+    assert result.loss_sum == pytest.approx(loss_sum, rel=1e-5)
+    with pytest.raises(DataError, match=r"do not fit outputs of shape \[6, 5, 4\]"):
+        runner.train_step(x, y[:, :4])

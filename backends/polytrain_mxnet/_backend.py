@@ -29,7 +29,7 @@ from polytrain.backend.model import build_inputs
 from polytrain.backend.precision import PRECISIONS, PrecisionSupport
 from polytrain.distributed.cluster import ClusterInfo
 from polytrain.errors import BackendError, CheckpointError, ClusterError
-from polytrain.neutral.losses import LossSpec
+from polytrain.neutral.losses import LossSpec, class_positions
 from polytrain.neutral.models import ModelSpec
 from polytrain.neutral.optim import Optimizer, OptimizerConfig
 from polytrain.utils.fileio import atomic_path
@@ -245,8 +245,8 @@ class MXNetBackend(Backend):
     def loss(
         self, outputs: Tensor, targets: Tensor, loss: LossSpec, reduction: str = "sum"
     ) -> Tensor:
-        if loss.plain:  # the cross_entropy verb, bit for bit
-            return self.cross_entropy(outputs, targets, reduction)
+        if loss.plain and class_positions(tuple(outputs.shape), tuple(targets.shape)) == 1:
+            return self.cross_entropy(outputs, targets, reduction)  # the verb, bit for bit
         return _losses.named_loss(outputs, targets, loss, reduction)
 
     def backward(self, loss: Tensor) -> None:

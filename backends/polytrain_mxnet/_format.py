@@ -23,6 +23,8 @@ from polytrain.backend.native_format import CompanionRoles, LayoutRules, NativeF
 from polytrain.backend.optimizer_file import OptimizerFile
 from polytrain.errors import CheckpointError
 
+from ._rnn_names import GluonRecurrentLeaves
+
 MX_LIST_MAGIC = 0x112
 MX_V1, MX_V2, MX_V3 = 0xF993FAC8, 0xF993FAC9, 0xF993FACA
 # mshadow type flags (mshadow/base.h); 12 is bfloat16, read as float32
@@ -45,8 +47,12 @@ class MXNetFormat(NativeFormat):
     order = 30
     layout = LayoutRules(
         renames={
-            kind: {"weight": "gamma", "bias": "beta"}
-            for kind in ("BatchNorm2d", "BatchNorm1d", "LayerNorm")
+            **{
+                kind: {"weight": "gamma", "bias": "beta"}
+                for kind in ("BatchNorm2d", "BatchNorm1d", "LayerNorm")
+            },
+            # gluon.rnn.LSTM/GRU: weight_ih_l0 -> _unfused.0.i2h_weight (same layout, gates)
+            **dict.fromkeys(("LSTM", "GRU"), GluonRecurrentLeaves()),
         },
         note="MXNet layout",
     )

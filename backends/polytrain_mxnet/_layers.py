@@ -18,6 +18,8 @@ from mxnet.gluon import nn
 from polytrain.errors import BackendError
 from polytrain.neutral import dropout_masks, models
 
+from ._rnn_layers import build_recurrent_layer
+from ._rnn_names import canonical_name
 from ._seq_layers import build_sequence_layer
 
 
@@ -209,6 +211,8 @@ def build(layer: models.Layer) -> nn.HybridBlock:
     if isinstance(layer, models.MultiHeadSelfAttention):
         return _SelfAttention(layer)
     block = build_sequence_layer(layer, build, _BatchNorm)
+    if block is None:
+        block = build_recurrent_layer(layer)
     if block is not None:
         return block
     raise BackendError(f"mxnet backend cannot build layer {layer!r}")
@@ -235,7 +239,11 @@ _TO_CANONICAL = {"gamma": "weight", "beta": "bias"}
 
 
 def canonical(name: str) -> str:
-    """Gluon's structural name -> canonical (BatchNorm gamma/beta -> weight/bias)."""
+    """Gluon's structural name -> canonical (BatchNorm gamma/beta -> weight/bias, an
+    RNN layer's ``_unfused.0.i2h_weight`` -> ``weight_ih_l0``)."""
+    recurrent = canonical_name(name)
+    if recurrent is not None:
+        return recurrent
     head, _, last = name.rpartition(".")
     last = _TO_CANONICAL.get(last, last)
     return f"{head}.{last}" if head else last

@@ -11,7 +11,7 @@ import mxnet as mx
 import numpy as np
 
 from polytrain.errors import BackendError
-from polytrain.neutral.losses import LossSpec
+from polytrain.neutral.losses import LossSpec, class_positions
 
 
 def _reduce(per_sample: Any, reduction: str) -> Any:
@@ -25,19 +25,25 @@ def _reduce(per_sample: Any, reduction: str) -> Any:
 
 
 def named_loss(outputs: Any, targets: Any, spec: LossSpec, reduction: str) -> Any:
-    """Per sample the mean over its output elements; then ``reduction`` over samples."""
+    """Per sample the mean over its output elements (sequence targets: over its positions);
+    then ``reduction`` over samples."""
     dtype = "float64" if outputs.dtype == np.float64 else "float32"
     n = outputs.shape[0]
     if spec.class_targets:
-        classes = outputs.shape[1]
-        logp = mx.nd.log_softmax(outputs.astype("float64"), axis=1)
+        positions = class_positions(tuple(outputs.shape), tuple(targets.shape))
+        classes = outputs.shape[-1]  # [N * T, C]: the class axis is the last
+        rows = outputs.reshape((-1, classes))
+        logp = mx.nd.log_softmax(rows.astype("float64"), axis=1)
         onehot = mx.nd.one_hot(targets.reshape((-1,)), classes, dtype="float64")
         eps = spec.label_smoothing
         coef = (1.0 - eps) * onehot + eps / classes
         if spec.class_weights is not None:
             weights = mx.nd.array(spec.class_weights, ctx=outputs.context, dtype="float64")
             coef = mx.nd.broadcast_mul(coef, weights.reshape((1, classes)))
-        return _reduce(-(coef * logp).sum(axis=1), reduction).astype(dtype)
+        per = -(coef * logp).sum(axis=1)
+        if positions > 1:
+            per = per.reshape((n, positions)).mean(axis=1)
+        return _reduce(per, reduction).astype(dtype)
     z = outputs.astype(dtype).reshape((n, -1))
     t = targets.astype(dtype).reshape(z.shape)
     if spec.name == "mse":

@@ -44,6 +44,24 @@ class Reshape(nn.HybridBlock):
         return F.reshape(x, shape=self._shape)
 
 
+class Transpose(nn.HybridBlock):
+    def __init__(self, dim0: int, dim1: int) -> None:
+        super().__init__()
+        self._dims = (dim0, dim1)
+
+    def hybrid_forward(self, F: Any, x: Any) -> Any:
+        return F.swapaxes(x, dim1=self._dims[0], dim2=self._dims[1])
+
+
+class Mean(nn.HybridBlock):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self._dim = dim
+
+    def hybrid_forward(self, F: Any, x: Any) -> Any:
+        return F.mean(x, axis=self._dim)
+
+
 class LayerNorm(nn.HybridBlock):
     """Normalise over the last dims (Gluon's LayerNorm takes one axis only)."""
 
@@ -118,6 +136,10 @@ def build_sequence_layer(
         return Add([build(branch) for branch in layer.branches])
     if isinstance(layer, models.Reshape):
         return Reshape(layer.shape)
+    if isinstance(layer, models.Transpose):
+        return Transpose(layer.dim0, layer.dim1)
+    if isinstance(layer, models.Mean):
+        return Mean(layer.dim)
     if isinstance(layer, models.Conv1d):
         return nn.Conv1D(
             layer.out_channels, layer.kernel_size, strides=layer.stride, padding=layer.padding,

@@ -23,7 +23,7 @@ from polytrain.backend.devices import split_device_name
 from polytrain.backend.functional import FunctionalOps
 from polytrain.backend.precision import PrecisionSupport, check_dtype
 from polytrain.errors import BackendError
-from polytrain.neutral.losses import LossSpec
+from polytrain.neutral.losses import LossSpec, class_positions
 from polytrain.neutral.models import ModelSpec
 from polytrain.neutral.optim import Optimizer, OptimizerConfig
 from polytrain.utils.fileio import atomic_write_bytes
@@ -192,8 +192,8 @@ class NumpyBackend(Backend):
     def loss(
         self, outputs: Tensor, targets: Tensor, loss: LossSpec, reduction: str = "sum"
     ) -> Tensor:
-        if loss.plain:  # the cross_entropy verb, bit for bit
-            return self.cross_entropy(outputs, targets, reduction)
+        if loss.plain and class_positions(tuple(outputs.shape), tuple(targets.shape)) == 1:
+            return self.cross_entropy(outputs, targets, reduction)  # the verb, bit for bit
         return named_loss(_tensor(outputs), _tensor(targets), loss, reduction)
 
     def backward(self, loss: Tensor) -> None:

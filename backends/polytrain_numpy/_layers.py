@@ -28,6 +28,7 @@ from polytrain.neutral.models import (
     MaxPool2d,
     ModelSpec,
     MultiHeadSelfAttention,
+    RecurrentLayer,
     ReLU,
     Residual,
     SequenceLayer,
@@ -37,7 +38,7 @@ from polytrain.neutral.models import (
 )
 
 from . import _autograd as A
-from . import _seq_layers
+from . import _rnn_layers, _seq_layers
 from ._tensor import NumpyDevice, Tensor, add
 
 Hook = Callable[[str, Tensor], None]
@@ -159,6 +160,8 @@ class NumpyNet:
         if isinstance(layer, MultiHeadSelfAttention):
             leaves = layer_parameters(layer)
             return A.self_attention(layer, x, {n: p[f"{path}.{n}"] for n in leaves})
+        if isinstance(layer, RecurrentLayer):
+            return _rnn_layers.recurrent(layer, path, x, p)
         raise BackendError(f"numpy backend cannot run layer {layer!r}")
 
 

@@ -20,6 +20,7 @@ from polytrain.errors import BackendError
 from polytrain.neutral import dropout_masks, models
 from polytrain.neutral.reference import pool_output_size
 
+from ._rnn_layers import build_recurrent_layer
 from ._seq_layers import build_sequence_layer
 
 _RENAME = {"_mean": "running_mean", "_variance": "running_var"}  # Paddle BatchNorm buffers
@@ -228,6 +229,8 @@ def build(layer: models.Layer) -> nn.Layer:
     if isinstance(layer, models.MultiHeadSelfAttention):
         return _SelfAttention(layer)
     built = build_sequence_layer(layer, build, _BatchNorm2D)
+    if built is None:
+        built = build_recurrent_layer(layer)
     if built is not None:
         return built
     raise BackendError(f"paddle backend cannot build layer {layer!r}")

@@ -11,7 +11,7 @@ import paddle
 import paddle.nn.functional as F
 
 from polytrain.errors import BackendError
-from polytrain.neutral.losses import LossSpec
+from polytrain.neutral.losses import LossSpec, class_positions
 
 
 def _reduce(per_sample: Any, reduction: str) -> Any:
@@ -25,20 +25,25 @@ def _reduce(per_sample: Any, reduction: str) -> Any:
 
 
 def named_loss(outputs: Any, targets: Any, spec: LossSpec, reduction: str) -> Any:
-    """Per sample the mean over its output elements; then ``reduction`` over samples."""
+    """Per sample the mean over its output elements (sequence targets: over its positions);
+    then ``reduction`` over samples."""
     if outputs.dtype in (paddle.float16, paddle.bfloat16):  # mixed precision: an fp32 loss
         outputs = outputs.astype("float32")
     n = outputs.shape[0]
     if spec.class_targets:
-        classes = outputs.shape[1]
-        logp = F.log_softmax(outputs, axis=1)
+        positions = class_positions(tuple(outputs.shape), tuple(targets.shape))
+        classes = outputs.shape[-1]  # [N * T, C]: the class axis is the last
+        logp = F.log_softmax(outputs.reshape([-1, classes]), axis=1)
         onehot = F.one_hot(targets.reshape([-1]), classes).astype(outputs.dtype)
         eps = spec.label_smoothing
         coef = (1.0 - eps) * onehot + eps / classes
         if spec.class_weights is not None:
             weights = paddle.to_tensor(spec.class_weights, dtype=outputs.dtype)
             coef = coef * weights.reshape([1, classes])
-        return _reduce(-(coef * logp).sum(axis=1), reduction)
+        per = -(coef * logp).sum(axis=1)
+        if positions > 1:
+            per = per.reshape([n, positions]).mean(axis=1)
+        return _reduce(per, reduction)
     z = outputs.reshape([n, -1])
     t = targets.astype(z.dtype).reshape(z.shape)
     if spec.name == "mse":

@@ -36,6 +36,27 @@ class Reshape(nn.Layer):
         return x.reshape([x.shape[0], *self.shape])
 
 
+class Transpose(nn.Layer):
+    def __init__(self, dim0: int, dim1: int) -> None:
+        super().__init__()
+        self.dims = (dim0, dim1)
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        axes = list(range(x.ndim))
+        a, b = (d % x.ndim for d in self.dims)
+        axes[a], axes[b] = b, a
+        return x.transpose(axes)
+
+
+class Mean(nn.Layer):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        return x.mean(axis=self.dim)
+
+
 class LayerNorm(nn.Layer):
     """LayerNorm with weight and bias of the normalized shape (Paddle's nn.LayerNorm
     flattens them to one axis), from element-wise ops: Paddle's fused kernel takes epsilon
@@ -93,6 +114,10 @@ def build_sequence_layer(
         return Add([build(branch) for branch in layer.branches])
     if isinstance(layer, models.Reshape):
         return Reshape(layer.shape)
+    if isinstance(layer, models.Transpose):
+        return Transpose(layer.dim0, layer.dim1)
+    if isinstance(layer, models.Mean):
+        return Mean(layer.dim)
     if isinstance(layer, models.Conv1d):
         return nn.Conv1D(
             layer.in_channels, layer.out_channels, layer.kernel_size, stride=layer.stride,

@@ -12,6 +12,7 @@ from torch import nn
 from polytrain.errors import BackendError
 from polytrain.neutral import dropout_masks, models
 
+from ._rnn_layers import build_recurrent_layer
 from ._seq_layers import build_sequence_layer
 
 
@@ -98,6 +99,8 @@ def build(layer: models.Layer) -> nn.Module:
     if isinstance(layer, models.MultiHeadSelfAttention):
         return _SelfAttention(layer)
     module = build_sequence_layer(layer, build)
+    if module is None:
+        module = build_recurrent_layer(layer)
     if module is not None:
         return module
     raise BackendError(f"torch backend cannot build layer {layer!r}")

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from polytrain.errors import BackendError
-from polytrain.neutral.losses import LossSpec
+from polytrain.neutral.losses import LossSpec, class_positions
 
 
 def _reduce(per_sample: torch.Tensor, reduction: str) -> torch.Tensor:
@@ -22,21 +22,25 @@ def _reduce(per_sample: torch.Tensor, reduction: str) -> torch.Tensor:
 def named_loss(
     outputs: torch.Tensor, targets: torch.Tensor, spec: LossSpec, reduction: str
 ) -> torch.Tensor:
-    """Per sample the mean over its output elements; then ``reduction`` over samples."""
+    """Per sample the mean over its output elements (sequence targets: over its positions);
+    then ``reduction`` over samples."""
     if outputs.dtype in (torch.float16, torch.bfloat16):  # mixed precision: an fp32 loss
         outputs = outputs.float()
     n = outputs.shape[0]
     if spec.class_targets:
+        positions = class_positions(tuple(outputs.shape), tuple(targets.shape))
         weight = None
         if spec.class_weights is not None:
             weight = torch.tensor(spec.class_weights, dtype=outputs.dtype, device=outputs.device)
         per = F.cross_entropy(
-            outputs,
+            outputs.reshape(-1, outputs.shape[-1]),  # [N * T, C]: the class axis is the last
             targets.reshape(-1),
             weight=weight,
             label_smoothing=spec.label_smoothing,
             reduction="none",
         )
+        if positions > 1:
+            per = per.reshape(n, positions).mean(dim=1)
         return _reduce(per, reduction)
     z = outputs.reshape(n, -1)
     t = targets.to(z.dtype).reshape(z.shape)

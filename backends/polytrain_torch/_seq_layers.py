@@ -35,6 +35,24 @@ class Reshape(nn.Module):
         return x.reshape(x.shape[0], *self.shape)
 
 
+class Transpose(nn.Module):
+    def __init__(self, dim0: int, dim1: int) -> None:
+        super().__init__()
+        self.dims = (dim0, dim1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.transpose(*self.dims)
+
+
+class Mean(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(dim=self.dim)
+
+
 class PositionalEmbedding(nn.Module):
     """``x + weight[:T]`` for x [N, T, E]; weight [max_len, E]."""
 
@@ -54,6 +72,10 @@ def build_sequence_layer(
         return Add([build(branch) for branch in layer.branches])
     if isinstance(layer, models.Reshape):
         return Reshape(layer.shape)
+    if isinstance(layer, models.Transpose):
+        return Transpose(layer.dim0, layer.dim1)
+    if isinstance(layer, models.Mean):
+        return Mean(layer.dim)
     if isinstance(layer, models.Conv1d):
         return nn.Conv1d(
             layer.in_channels, layer.out_channels, layer.kernel_size, stride=layer.stride,

@@ -3,10 +3,12 @@ layers worth a look, and capturing what each one returns during one forward pass
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 import numpy as np
+
+from polytrain.neutral import models
 
 Layer = Any
 Hook = Callable[[Any, Any, Any], None]  # (layer, inputs, output), as every framework calls it
@@ -14,11 +16,49 @@ Children = Callable[[Layer], Iterable[tuple[str, Layer]]]
 RESIDUAL = "_Residual"  # the class name of the backends' residual blocks
 
 
-def inspected_layers(root: Layer, children: Children) -> list[tuple[str, Layer]]:
-    """Leaf layers, plus residual blocks (whose sum and ReLU live in their forward), in
-    depth-first order, with dotted names; a layer reached twice is listed once."""
+def spec_paths(spec: models.ModelSpec) -> set[str]:
+    """The canonical paths whose outputs are reported: every leaf layer of the spec, and
+    every Residual and Add (their sums live in their forward), as the numpy backend does."""
+    paths: set[str] = set()
+
+    def visit(layer: models.Layer, path: str) -> None:
+        if isinstance(layer, models.Residual | models.Add):
+            paths.add(path)
+        if not isinstance(layer, models.Sequential | models.Residual | models.Add):
+            paths.add(path)
+        for name, child in _spec_children(layer):
+            visit(child, f"{path}.{name}" if path else name)
+
+    visit(spec.net, "")
+    return paths
+
+
+def _spec_children(layer: models.Layer) -> list[tuple[str, models.Layer]]:
+    if isinstance(layer, models.Sequential):
+        return list(layer.layers)
+    if isinstance(layer, models.Residual):
+        short = [] if layer.shortcut is None else [("shortcut", layer.shortcut)]
+        return [("body", layer.body), *short]
+    if isinstance(layer, models.Add):
+        return [(f"branches.{i}", b) for i, b in enumerate(layer.branches)]
+    return []
+
+
+def inspected_layers(
+    root: Layer, children: Children, paths: Collection[str] | None = None
+) -> list[tuple[str, Layer]]:
+    """The native layers at ``paths`` (:func:`spec_paths` of the model's spec: a framework's
+    attention keeps sublayers and an identity branch is an empty container, which the spec
+    says are neither), or without them leaf layers plus residual blocks (whose sum and ReLU
+    live in their forward), in depth-first order, with dotted names; a layer reached twice
+    is listed once."""
     found: list[tuple[str, Layer]] = []
     seen = {id(root)}
+
+    def listed(path: str, child: Layer) -> bool:
+        if paths is not None:
+            return path in paths
+        return not any(True for _ in children(child)) or type(child).__name__ == RESIDUAL
 
     def walk(layer: Layer, prefix: str) -> None:
         for name, child in children(layer):
@@ -26,7 +66,7 @@ def inspected_layers(root: Layer, children: Children) -> list[tuple[str, Layer]]
                 continue
             seen.add(id(child))
             path = f"{prefix}.{name}" if prefix else name
-            if not any(True for _ in children(child)) or type(child).__name__ == RESIDUAL:
+            if listed(path, child):
                 found.append((path, child))
             walk(child, path)
 

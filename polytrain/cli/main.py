@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from polytrain._version import __version__
 from polytrain.cli import arguments as num
 from polytrain.cli.config_file import apply_config, recipe_toml
-from polytrain.data.registry import DATASETS
+from polytrain.data.registry import DATASETS, TEXT_DATASETS
 from polytrain.errors import ConfigError, PolytrainError
 from polytrain.neutral.models import MODELS
 from polytrain.training.health import DEFAULT_MAX_LOSS_GROWTH, DEFAULT_MAX_SKIPPED
@@ -156,7 +156,7 @@ def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
         help=f"{', '.join(MODELS)}; or your own: "
         "pkg.module:factory (returns a ModelSpec) or a spec .json/.toml (docs/user-models.md)",
     )
-    p.add_argument("--dataset", default=d.dataset, help=", ".join(DATASETS))
+    p.add_argument("--dataset", default=d.dataset, help=", ".join([*DATASETS, *TEXT_DATASETS]))
     p.add_argument(
         "--data",
         default=None,
@@ -180,7 +180,7 @@ def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="global batch size")
     p.add_argument("--optimizer", default=d.optimizer, help="sgd, momentum, adagrad, adam")
     p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--momentum", type=float, default=d.momentum)
+    p.add_argument("--momentum", type=float, default=d.momentum, help="of --optimizer momentum")
     p.add_argument(
         "--warmup-steps",
         type=int,
@@ -417,20 +417,20 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"{recipe.data or recipe.dataset}"
     )
     unit = " %" if counts else ""
-    _console().print(
-        _table(
-            title,
-            [
-                "epoch",
-                "train loss",
-                f"train {metric.label}{unit}",
-                f"test {metric.label}{unit}",
-                "seconds",
-                "samples/s",
-            ],
-            rows,
-        )
-    )
+    columns = [
+        "epoch",
+        "train loss",
+        f"train {metric.label}{unit}",
+        f"test {metric.label}{unit}",
+        "seconds",
+        "samples/s",
+    ]
+    if any(e.tokens_per_second is not None for e in summary.epochs):  # sequence targets
+        columns += ["test perplexity", "tokens/s"]
+        for row, e in zip(rows, summary.epochs, strict=True):
+            ppl = e.test_perplexity
+            row += ["-" if ppl is None else f"{ppl:.3f}", f"{e.tokens_per_second or 0:.0f}"]
+    _console().print(_table(title, columns, rows))
     if summary.stop_reason.startswith("early stop"):
         print(f"polytrain train: {summary.stop_reason}", file=sys.stderr)
     return 0

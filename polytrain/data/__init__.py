@@ -98,7 +98,11 @@ def load_dataset(
     """
     from polytrain.data.idx import parse_idx, read_payload
     from polytrain.data.loader import ArrayDataset
+    from polytrain.data.registry import TEXT_DATASETS
+    from polytrain.data.text import load_text_dataset
 
+    if isinstance(name, str) and name in TEXT_DATASETS:  # a corpus, always checked
+        return load_text_dataset(name, split, data_dir)
     spec = get_dataset(name)
     files = spec.split(split)
     where = resolve_split(

@@ -2,8 +2,10 @@
 
 Each split becomes a :class:`UserArrays` (an :class:`ArrayDataset` the batch loader reads like
 any other): inputs ``[N, *input_shape]`` of the model (``[N, H, W]`` is taken as one channel),
-float (kept as float32/float64) or uint8 (scaled by 1/255, as the built-in image sets);
-targets integer class labels ``[N]`` or float values, as the loss wants
+float (kept as float32/float64) or uint8 (scaled by 1/255, as the built-in image sets), or
+integer ids ``[N, T]`` when the model starts with an Embedding (kept as int64, never scaled);
+targets integer class labels ``[N]`` (``[N, T]``: sequence targets) or float values, as the
+loss wants
 (:func:`polytrain.neutral.losses.check_targets`). Nothing is cut or padded: a mismatch
 stops with one line saying what was found.
 """
@@ -19,7 +21,7 @@ import numpy as np
 from polytrain.data.loader import ArrayDataset
 from polytrain.errors import DataError
 from polytrain.neutral.losses import LossSpec, MetricSpec, check_targets
-from polytrain.neutral.models import ModelSpec
+from polytrain.neutral.models import Embedding, ModelSpec
 
 NPZ_KEYS = {"train": ("x_train", "y_train"), "test": ("x_test", "y_test")}
 
@@ -61,6 +63,13 @@ class UserArrays(ArrayDataset):
             source=source,
             origin=self.origin,
         )
+
+
+def token_vocabulary(spec: ModelSpec) -> int | None:
+    """The vocabulary size when the model's first layer is an Embedding (it takes integer
+    ids), else None."""
+    first = next(spec.layers(), None)
+    return first[1].num_embeddings if first and isinstance(first[1], Embedding) else None
 
 
 def _stack(items: Any, where: str) -> tuple[np.ndarray, np.ndarray]:
@@ -121,7 +130,21 @@ def as_split(
             f"{where}: inputs have shape {x.shape}, but model {spec.name!r} takes "
             f"[N, {', '.join(map(str, want))}] (its input_shape)."
         )
-    if x.dtype == np.uint8:
+    vocab = token_vocabulary(spec)
+    if vocab is not None:  # ids of an Embedding: integers, never scaled
+        if x.dtype.kind not in "iu":
+            raise DataError(
+                f"{where}: model {spec.name!r} starts with an Embedding of {vocab} ids: its "
+                f"inputs must be integer ids, got {x.dtype}."
+            )
+        low, high = int(x.min()), int(x.max())
+        if low < 0 or high >= vocab:
+            raise DataError(
+                f"{where}: input ids range over {low}..{high}, but the model's Embedding "
+                f"takes 0..{vocab - 1}: set its num_embeddings (the vocabulary size)."
+            )
+        x = x.astype(np.int64)
+    elif x.dtype == np.uint8:
         x = x.astype(np.float32) / np.float32(255)
     elif x.dtype.kind != "f":
         raise DataError(f"{where}: inputs must be float or uint8, got {x.dtype}.")

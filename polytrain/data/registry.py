@@ -10,6 +10,7 @@ import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from polytrain.errors import ConfigError, DataError
 
@@ -231,6 +232,44 @@ MNIST = DatasetSpec(
 DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in (FASHION_MNIST, MNIST)}
 
 
+# -- text corpora (polytrain.data.text reads them) ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class TextCorpus:
+    """A corpus of plain-text files in one folder, with their checksums."""
+
+    name: str
+    title: str
+    files: tuple[tuple[str, Checksums], ...]
+    system_dir: str  # where the package installs the files
+    apt_package: str
+    window: int = 64
+    stride: int = 64
+    test_fraction: float = 0.1
+
+    def folders(self, data_dir: str | os.PathLike[str] | None) -> list[Path]:
+        """Where to look: ``data_dir/<name>/`` then ``data_dir/``, else the package's folder."""
+        if data_dir is not None:
+            return [Path(data_dir) / self.name, Path(data_dir)]
+        return [Path(self.system_dir)]
+
+
+FORTUNES = TextCorpus(
+    name="fortunes",
+    title="Fortune cookies: quotations, literature and riddles (Debian fortunes-min, BSD)",
+    files=(
+        ("fortunes", Checksums(md5="5005c1e4fe6f07038c4d95ae44194724", size=24516)),
+        ("literature", Checksums(md5="62bbf5b141669b3fd2a13b333543e73f", size=53589)),
+        ("riddles", Checksums(md5="e32d06e64673635ce8de7f34df7dffc9", size=20294)),
+    ),
+    system_dir="/usr/share/games/fortunes",
+    apt_package="fortunes-min",
+)
+
+TEXT_DATASETS: dict[str, TextCorpus] = {FORTUNES.name: FORTUNES}
+
+
 def dataset_names() -> list[str]:
     """Names of the known datasets."""
     return list(DATASETS)
@@ -243,5 +282,11 @@ def get_dataset(name: str | DatasetSpec) -> DatasetSpec:
     key = name.strip().lower().replace("_", "-")
     if key in DATASETS:
         return DATASETS[key]
-    known = ", ".join(DATASETS)
+    if key in TEXT_DATASETS:  # read by polytrain.data.text, never downloaded
+        corpus = TEXT_DATASETS[key]
+        raise ConfigError(
+            f"{key!r} is a text corpus, read from {corpus.system_dir} (`apt-get install "
+            f"{corpus.apt_package}`) or --data-dir; it has no image files to locate or fetch."
+        )
+    known = ", ".join([*DATASETS, *TEXT_DATASETS])
     raise ConfigError(f"Unknown dataset {name!r}; known datasets: {known}.")

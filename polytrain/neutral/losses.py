@@ -12,6 +12,13 @@ of its samples' (the step divides by the global batch size). So ``mse``, ``l1`` 
 ``cross_entropy`` equals PyTorch's ``reduction="sum"`` divided by the batch size: with
 class weights that is *not* PyTorch's weighted mean, which divides by the sum of the
 labels' weights and so could not be summed over shards and processes.
+
+Sequence targets: class outputs ``[N, T, C]`` (the class axis is the last) with integer
+labels ``[N, T]`` (any ``[N, *S, C]`` with ``[N, *S]``). Per sample the loss is then the
+mean over its T positions of the token's cross-entropy, by the same rule; so the batch's
+mean loss is the mean token cross-entropy (every sample has T positions) and its ``exp``
+the perplexity. ``accuracy`` and ``top_k`` are per sample the share of its positions hit:
+their mean over samples is the share of tokens hit.
 """
 
 from __future__ import annotations
@@ -148,6 +155,29 @@ def parse_metric(value: object) -> MetricSpec:
 # -- numpy references --------------------------------------------------------------------------
 
 
+def class_positions(outputs_shape: tuple[int, ...], targets_shape: tuple[int, ...]) -> int:
+    """Positions per sample of class targets: 1 for outputs ``[N, C]`` with labels ``[N]``
+    (or ``[N, 1]``), T for outputs ``[N, T, C]`` with labels ``[N, T]``; one line otherwise."""
+    outputs_shape, targets_shape = tuple(outputs_shape), tuple(targets_shape)
+    if len(outputs_shape) == 2 and targets_shape in ((outputs_shape[0],), (outputs_shape[0], 1)):
+        return 1
+    if len(outputs_shape) < 2 or targets_shape != outputs_shape[:-1]:
+        raise DataError(
+            f"class labels of shape {list(targets_shape)} do not fit outputs of shape "
+            f"{list(outputs_shape)}: labels are [N] for outputs [N, C], [N, T] for outputs "
+            "[N, T, C] (the class axis is the last)."
+        )
+    return math.prod(outputs_shape[1:-1])
+
+
+def _class_rows(outputs: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """(logits [N * T, C] in float64, labels [N * T], T) of class outputs and labels."""
+    z = np.asarray(outputs, dtype=np.float64)
+    positions = class_positions(z.shape, np.shape(targets))
+    labels = np.asarray(targets).reshape(-1).astype(np.int64)
+    return z.reshape(len(labels), z.shape[-1]), labels, positions
+
+
 def _flat(outputs: np.ndarray) -> np.ndarray:
     return np.asarray(outputs, dtype=np.float64).reshape(len(outputs), -1)
 
@@ -179,11 +209,12 @@ def _log_softmax(z: np.ndarray) -> np.ndarray:
 
 def loss_per_sample(spec: LossSpec, outputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """Float64 loss of each sample (the canonical definition, see the module docstring)."""
-    z = _flat(outputs)
     if spec.class_targets:
-        labels = np.asarray(targets).reshape(-1).astype(np.int64)
-        a = _smoothed_coefficients(spec, labels, z.shape[1])
-        return np.asarray(-(a * _log_softmax(z)).sum(axis=1))
+        rows, labels, positions = _class_rows(outputs, targets)
+        a = _smoothed_coefficients(spec, labels, rows.shape[1])
+        per_token = -(a * _log_softmax(rows)).sum(axis=1)
+        return np.asarray(per_token.reshape(-1, positions).mean(axis=1))
+    z = _flat(outputs)
     t = _float_targets(outputs, targets)
     if spec.name == "mse":
         return np.asarray(((z - t) ** 2).mean(axis=1))
@@ -212,10 +243,10 @@ def loss_grad_reference(spec: LossSpec, outputs: np.ndarray, targets: np.ndarray
     """d(sum of the per-sample losses)/d(outputs), float64, shaped like ``outputs``."""
     z = _flat(outputs)
     if spec.class_targets:
-        labels = np.asarray(targets).reshape(-1).astype(np.int64)
-        a = _smoothed_coefficients(spec, labels, z.shape[1])
-        p = np.exp(_log_softmax(z))
-        grad = p * a.sum(axis=1, keepdims=True) - a
+        rows, labels, positions = _class_rows(outputs, targets)
+        a = _smoothed_coefficients(spec, labels, rows.shape[1])
+        p = np.exp(_log_softmax(rows))
+        grad = (p * a.sum(axis=1, keepdims=True) - a) / positions
     else:
         t = _float_targets(outputs, targets)
         per_element = 1.0 / z.shape[1]
@@ -229,17 +260,20 @@ def loss_grad_reference(spec: LossSpec, outputs: np.ndarray, targets: np.ndarray
 
 
 def metric_sum(spec: MetricSpec, outputs: np.ndarray, targets: np.ndarray) -> float:
-    """The metric summed over a batch's samples (its mean is what runs report)."""
-    z = _flat(outputs)
+    """The metric summed over a batch's samples (its mean is what runs report); with
+    sequence targets each sample counts the share of its positions hit."""
     if spec.name == "mse":
+        z = _flat(outputs)
         return float(((z - _float_targets(outputs, targets)) ** 2).mean(axis=1).sum())
-    labels = np.asarray(targets).reshape(-1).astype(np.int64)
+    z, labels, positions = _class_rows(outputs, targets)
     own = z[np.arange(len(z)), labels]
     if spec.name == "accuracy":
-        return float((z.argmax(axis=1) == labels).sum())
-    # top_k: the label's logit has fewer than k logits strictly above it (ties count as hits)
-    above = (z > own[:, None]).sum(axis=1)
-    return float((above < spec.k).sum())
+        hits = z.argmax(axis=1) == labels
+    else:  # top_k: the label's logit has fewer than k logits strictly above it (ties: hits)
+        hits = (z > own[:, None]).sum(axis=1) < spec.k
+    if positions == 1:
+        return float(hits.sum())
+    return float(hits.reshape(-1, positions).mean(axis=1).sum())
 
 
 # -- what the data must look like -------------------------------------------------------------
@@ -249,8 +283,8 @@ def check_targets(
     loss: LossSpec, metric: MetricSpec, targets: np.ndarray, outputs: int, where: str
 ) -> None:
     """One line unless ``targets`` fit the loss and metric for ``outputs`` outputs/sample:
-    integer labels ``[N]`` in ``0..outputs-1`` for class losses, else floats ``[N, outputs]``
-    (or ``[N]`` when ``outputs`` is 1)."""
+    integer labels ``[N]`` (or ``[N, T]``: sequence targets) in ``0..outputs-1`` for class
+    losses, else floats ``[N, outputs]`` (or ``[N]`` when ``outputs`` is 1)."""
     y = np.asarray(targets)
     if loss.class_targets != metric.class_targets:
         raise ConfigError(
@@ -259,10 +293,10 @@ def check_targets(
             "cross_entropy, mse for the others)."
         )
     if loss.class_targets:
-        if y.ndim != 1 or y.dtype.kind not in "iu":
+        if y.ndim not in (1, 2) or y.dtype.kind not in "iu":
             raise DataError(
-                f"{where}: loss {loss.name} needs integer class labels [N]; got {y.dtype} "
-                f"with shape {y.shape}."
+                f"{where}: loss {loss.name} needs integer class labels [N] (or [N, T] for "
+                f"a sequence model); got {y.dtype} with shape {y.shape}."
             )
         low, high = (int(y.min()), int(y.max())) if len(y) else (0, 0)
         if low < 0 or high >= outputs:

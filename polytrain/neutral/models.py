@@ -18,6 +18,13 @@ from typing import Any
 import numpy as np
 
 from polytrain.errors import ConfigError
+from polytrain.neutral.recurrent import (
+    GRU,
+    LSTM,
+    RecurrentLayer,
+    recurrent_init,
+    recurrent_parameters,
+)
 
 
 @dataclass(frozen=True)
@@ -206,6 +213,35 @@ class Reshape:
 
 
 @dataclass(frozen=True)
+class Transpose:
+    """Swap axes ``dim0`` and ``dim1`` of the whole tensor (negative: from the end); the
+    batch axis 0 stays, e.g. ``Transpose(1, 2)``: [N, E, T] -> [N, T, E]."""
+
+    dim0: int
+    dim1: int
+
+    def __post_init__(self) -> None:
+        if 0 in (self.dim0, self.dim1):
+            raise ConfigError(
+                f"Transpose({self.dim0}, {self.dim1}): the batch axis 0 cannot move; name "
+                "axes >= 1 (or negative, from the end)."
+            )
+
+
+@dataclass(frozen=True)
+class Mean:
+    """The mean over axis ``dim`` (of the whole tensor, negative: from the end; not the batch
+    axis), which is dropped: ``Mean(1)`` on tokens [N, T, E] is the global average pool of
+    a ViT's tokens, [N, E]."""
+
+    dim: int = 1
+
+    def __post_init__(self) -> None:
+        if self.dim == 0:
+            raise ConfigError("Mean(0) would average the batch: name an axis >= 1 or < 0.")
+
+
+@dataclass(frozen=True)
 class Add:
     """Element-wise sum of every branch applied to the same input; an empty Sequential is
     the identity, so ``Add((seq(), seq(("ln", ...), ("attn", ...))))`` is a pre-norm
@@ -248,6 +284,8 @@ SequenceLayer = (
     | Softmax
     | LogSoftmax
     | Reshape
+    | Transpose
+    | Mean
     | Add
 )
 Layer = (
@@ -264,12 +302,16 @@ Layer = (
     | Residual
     | SequenceLayer
     | MultiHeadSelfAttention
+    | LSTM
+    | GRU
 )
 _ALL_LAYERS: tuple[type, ...] = (Conv2d, Linear, BatchNorm2d, ReLU, MaxPool2d, AvgPool2d)
 _ALL_LAYERS += (GlobalAvgPool2d, Flatten, Dropout, Sequential, Residual)
 _ALL_LAYERS += (Conv1d, BatchNorm1d, LayerNorm, Embedding, PositionalEmbedding, GELU, SiLU)
 _ALL_LAYERS += (Tanh, Sigmoid, Softmax, LogSoftmax, Reshape, Add)
+_ALL_LAYERS += (Transpose, Mean)
 _ALL_LAYERS += (MultiHeadSelfAttention,)
+_ALL_LAYERS += (LSTM, GRU)
 LAYER_TYPES: dict[str, type] = {t.__name__: t for t in _ALL_LAYERS}
 INIT_RULES = ("torch_default", "xavier_uniform", "kaiming_normal", "normal")
 
@@ -352,6 +394,8 @@ class ModelSpec:
             return rng.normal(0.0, std, shape).astype(np.float32)
         if isinstance(layer, MultiHeadSelfAttention):
             return self._init_attention(pname, shape, rng)
+        if isinstance(layer, RecurrentLayer):
+            return recurrent_init(layer, shape, rng)
         fan_in, fan_out = _fans(layer)
         if pname == "bias":
             if self.init == "torch_default":
@@ -470,6 +514,8 @@ def layer_parameters(layer: Layer) -> dict[str, tuple[int, ...]]:
         return {"weight": c, "bias": c, "running_mean": c, "running_var": c}
     if isinstance(layer, MultiHeadSelfAttention):
         return _attention_parameters(layer)
+    if isinstance(layer, RecurrentLayer):
+        return recurrent_parameters(layer)
     return _sequence_layer_parameters(layer)
 
 
@@ -712,6 +758,85 @@ def resnet18(num_classes: int = 10, in_channels: int = 1) -> ModelSpec:
     )
 
 
+def _vit_block(width: int, heads: int, hidden: int) -> Sequential:
+    """A pre-norm encoder block: ``x + attn(ln1(x))``, then ``+ mlp(ln2(.))`` (GELU)."""
+    attention = seq(("ln", LayerNorm((width,))), ("attn", MultiHeadSelfAttention(width, heads)))
+    mlp = seq(
+        ("ln", LayerNorm((width,))),
+        ("fc1", Linear(width, hidden)),
+        ("gelu", GELU()),
+        ("fc2", Linear(hidden, width)),
+    )
+    return seq(("attn", Add((seq(), attention))), ("mlp", Add((seq(), mlp))))
+
+
+def vit_tiny(depth: int = 2, width: int = 64, heads: int = 4, mlp_ratio: int = 2) -> ModelSpec:
+    """A small Vision Transformer for 28x28 images: 7x7 patches (a stride-7 Conv2d) to 16
+    tokens of width 64, learned positions, ``depth`` pre-norm blocks of 4-head
+    self-attention and a GELU MLP, a final LayerNorm, the tokens' mean (no class token:
+    the global-average-pooled variant of "Better plain ViT baselines") and a Linear head."""
+    tokens = (28 // 7) ** 2
+    blocks = seq(*((str(i), _vit_block(width, heads, mlp_ratio * width)) for i in range(depth)))
+    spec = ModelSpec(
+        "vit-tiny",
+        seq(
+            ("patch", Conv2d(1, width, 7, stride=7)),
+            ("tokens", Reshape((width, tokens))),
+            ("to_tokens", Transpose(1, 2)),
+            ("pos", PositionalEmbedding(tokens, width)),
+            ("blocks", blocks),
+            ("norm", LayerNorm((width,))),
+            ("pool", Mean(1)),
+            ("head", Linear(width, 10)),
+        ),
+        init="xavier_uniform",
+    )
+    about = (
+        f"Vision Transformer: 7x7 patches, 16 tokens x {width}, {depth} pre-norm blocks "
+        f"({heads} heads, MLP {mlp_ratio * width}), mean pool ({spec.num_parameters():,} "
+        "parameters)"
+    )
+    return ModelSpec(**{**spec.__dict__, "description": about})
+
+
+def _pre_norm_block(width: int, heads: int) -> Sequential:
+    """``x + attn(ln(x))`` then ``x + fc2(gelu(fc1(ln(x))))`` (GPT-2's block, no dropout)."""
+    attention = seq(
+        ("ln", LayerNorm((width,))), ("attn", MultiHeadSelfAttention(width, heads, causal=True))
+    )
+    mlp = seq(
+        ("ln", LayerNorm((width,))),
+        ("fc1", Linear(width, 4 * width)),
+        ("gelu", GELU()),
+        ("fc2", Linear(4 * width, width)),
+    )
+    return seq(("attention", Add((seq(), attention))), ("mlp", Add((seq(), mlp))))
+
+
+def char_transformer(
+    vocab_size: int = 88, context: int = 64, width: int = 64, heads: int = 4, blocks: int = 2
+) -> ModelSpec:
+    """A character-level causal transformer LM: ids [N, T] -> next-id logits [N, T, V].
+    The default vocabulary is the ``fortunes`` corpus's 88 characters."""
+    net = seq(
+        ("embed", Embedding(vocab_size, width)),
+        ("pos", PositionalEmbedding(context, width)),
+        *((f"block{i}", _pre_norm_block(width, heads)) for i in range(blocks)),
+        ("ln", LayerNorm((width,))),
+        ("head", Linear(width, vocab_size)),
+    )
+    return ModelSpec(
+        name="char-transformer",
+        net=net,
+        input_shape=(context,),
+        num_classes=vocab_size,
+        init="normal",  # GPT-2's N(0, 0.02) for every weight; biases zero
+        init_std=0.02,
+        description=f"causal transformer LM, {blocks} pre-norm blocks of width {width}, "
+        f"{heads} heads, context {context}, {vocab_size} characters",
+    )
+
+
 MODELS: dict[str, Callable[[], ModelSpec]] = {
     "lenet": lenet,
     "lenet-scratch": lenet_scratch,
@@ -719,6 +844,8 @@ MODELS: dict[str, Callable[[], ModelSpec]] = {
     "torch-dp-cnn": torch_dp_cnn,
     "mlp": mlp,
     "resnet18": resnet18,
+    "char-transformer": char_transformer,
+    "vit-tiny": vit_tiny,
 }
 
 

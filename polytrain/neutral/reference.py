@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from polytrain.neutral import reference_attention, reference_seq
+from polytrain.neutral import reference_attention, reference_rnn, reference_seq
 from polytrain.neutral.models import (
     AvgPool2d,
     BatchNorm2d,
@@ -23,6 +23,7 @@ from polytrain.neutral.models import (
     MaxPool2d,
     ModelSpec,
     MultiHeadSelfAttention,
+    RecurrentLayer,
     ReLU,
     Residual,
     SequenceLayer,
@@ -83,6 +84,8 @@ def _run(layer: Layer, path: str, p: dict[str, np.ndarray], x: np.ndarray) -> np
     if isinstance(layer, MultiHeadSelfAttention):
         weights = reference_attention.leaves(layer, p, path)
         return reference_attention.self_attention(layer, weights, x)[0]
+    if isinstance(layer, RecurrentLayer):
+        return reference_rnn.recurrent(layer, reference_rnn.leaves(layer, p, path), x)[0]
     if isinstance(layer, SequenceLayer):
         return reference_seq.forward(layer, path, p, x, False, lambda c, k, h: _run(c, k, p, h))
     raise TypeError(f"no reference for {layer!r}")

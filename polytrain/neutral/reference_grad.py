@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from polytrain.neutral import reference, reference_attention, reference_seq
+from polytrain.neutral import reference, reference_attention, reference_rnn, reference_seq
 from polytrain.neutral.models import (
     AvgPool2d,
     BatchNorm2d,
@@ -24,6 +24,7 @@ from polytrain.neutral.models import (
     MaxPool2d,
     ModelSpec,
     MultiHeadSelfAttention,
+    RecurrentLayer,
     ReLU,
     Residual,
     SequenceLayer,
@@ -136,6 +137,12 @@ def _backward(
         weights = reference_attention.leaves(layer, p, path)
         _, cache = reference_attention.self_attention(layer, weights, x)
         gx, leaf_grads = reference_attention.self_attention_backward(layer, weights, x, cache, g)
+        grads.update({_key(path, leaf): v for leaf, v in leaf_grads.items()})
+        return gx
+    if isinstance(layer, RecurrentLayer):
+        weights = reference_rnn.leaves(layer, p, path)
+        _, caches = reference_rnn.recurrent(layer, weights, x)
+        gx, leaf_grads = reference_rnn.recurrent_backward(layer, weights, caches, g)
         grads.update({_key(path, leaf): v for leaf, v in leaf_grads.items()})
         return gx
     if isinstance(layer, SequenceLayer):

@@ -21,12 +21,14 @@ from polytrain.neutral.models import (
     Layer,
     LayerNorm,
     LogSoftmax,
+    Mean,
     PositionalEmbedding,
     Reshape,
     Sigmoid,
     SiLU,
     Softmax,
     Tanh,
+    Transpose,
 )
 
 Params = dict[str, np.ndarray]
@@ -176,6 +178,33 @@ def layer_norm_axes(layer: LayerNorm, x: np.ndarray) -> tuple[int, ...]:
     return tuple(range(x.ndim - len(layer.normalized_shape), x.ndim))
 
 
+# -- axes: Transpose and Mean -------------------------------------------------------------
+
+
+def sample_axis(dim: int, x: np.ndarray, what: str) -> int:
+    """``dim`` as a non-negative axis of ``x``; the batch axis 0 or one beyond ``x``'s
+    dims is refused (the spec cannot know the shape it will meet)."""
+    axis = dim + x.ndim if dim < 0 else dim
+    if not 1 <= axis < x.ndim:
+        raise ValueError(f"{what}: axis {dim} is not a sample axis of an input of shape {x.shape}")
+    return axis
+
+
+def transpose_axes(layer: Transpose, x: np.ndarray) -> list[int]:
+    """The permutation of ``x``'s axes that swaps ``dim0`` and ``dim1`` (its own inverse)."""
+    what = f"Transpose({layer.dim0}, {layer.dim1})"
+    a, b = sample_axis(layer.dim0, x, what), sample_axis(layer.dim1, x, what)
+    axes = list(range(x.ndim))
+    axes[a], axes[b] = b, a
+    return axes
+
+
+def mean_backward(layer: Mean, x: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """Each input element gets ``g / size`` of its axis."""
+    axis = sample_axis(layer.dim, x, f"Mean({layer.dim})")
+    return np.broadcast_to(np.expand_dims(g, axis) / x.shape[axis], x.shape).copy()
+
+
 # -- the layers ----------------------------------------------------------------------------
 
 
@@ -189,6 +218,10 @@ def forward(layer: Layer, path: str, p: Params, x: np.ndarray, train: bool, run:
         return activation(layer, x)
     if isinstance(layer, Reshape):
         return x.reshape(x.shape[0], *layer.shape)
+    if isinstance(layer, Transpose):
+        return np.ascontiguousarray(x.transpose(transpose_axes(layer, x)))
+    if isinstance(layer, Mean):
+        return x.mean(axis=sample_axis(layer.dim, x, f"Mean({layer.dim})"))
     if isinstance(layer, Conv1d):
         return conv1d(x, p[key("weight")], p.get(key("bias")), layer.stride, layer.padding)
     if isinstance(layer, BatchNorm1d):
@@ -228,6 +261,10 @@ def backward(
         return activation_backward(layer, x, g)
     if isinstance(layer, Reshape):
         return g.reshape(x.shape)
+    if isinstance(layer, Transpose):
+        return np.ascontiguousarray(g.transpose(transpose_axes(layer, x)))
+    if isinstance(layer, Mean):
+        return mean_backward(layer, x, g)
     if isinstance(layer, Conv1d):
         gx, gw, gb = conv1d_backward(x, p[key("weight")], g, layer.stride, layer.padding)
         grads[key("weight")] = gw

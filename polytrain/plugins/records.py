@@ -67,6 +67,11 @@ class EpochRecord:
     samples_per_second: float
     val_accuracy: float | None = None
     steps: int = 0
+    # sequence targets ([N, T] labels) only: exp of the mean token cross-entropy (train:
+    # of the training loss, when it is plain cross-entropy) and target tokens per second
+    train_perplexity: float | None = None
+    test_perplexity: float | None = None
+    tokens_per_second: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -24,6 +24,8 @@ from polytrain.backend.base import Backend
 from polytrain.neutral import reference_grad
 from polytrain.neutral.models import (
     GELU,
+    GRU,
+    LSTM,
     Add,
     AvgPool2d,
     BatchNorm1d,
@@ -39,6 +41,7 @@ from polytrain.neutral.models import (
     Linear,
     LogSoftmax,
     MaxPool2d,
+    Mean,
     ModelSpec,
     MultiHeadSelfAttention,
     PositionalEmbedding,
@@ -50,6 +53,7 @@ from polytrain.neutral.models import (
     SiLU,
     Softmax,
     Tanh,
+    Transpose,
     seq,
 )
 
@@ -152,6 +156,38 @@ SEQUENCE_CASES: tuple[LayerCase, ...] = (
     *_add_cases(),
 )
 LAYER_CASES += SEQUENCE_CASES
+
+
+def _vit_block() -> Sequential:
+    """A ViT in small: 2x2 patches of [N, 2, 4, 4] to 4 tokens of width 4 (patch conv,
+    Reshape, Transpose), one pre-norm attention residual, the tokens' mean."""
+    attention = seq(("ln", LayerNorm((4,))), ("attn", MultiHeadSelfAttention(4, 2)))
+    return seq(
+        ("patches", Conv2d(2, 4, 2, stride=2)),
+        ("tokens", Reshape((4, 4))),
+        ("swap", Transpose(1, 2)),
+        ("block", Add((seq(), attention))),
+        ("pool", Mean(1)),
+    )
+
+
+VIT_CASES: tuple[LayerCase, ...] = (
+    LayerCase("transpose-tokens", Transpose(1, 2), (3, 4)),
+    LayerCase("transpose-negative", Transpose(-1, 1), (2, 5, 5)),
+    LayerCase("mean-tokens", Mean(1), (3, 4)),
+    LayerCase("mean-last", Mean(-1), (2, 5, 5)),
+    LayerCase("vit-block", _vit_block(), (2, 4, 4)),
+)
+LAYER_CASES += VIT_CASES
+
+
+RECURRENT_CASES: tuple[LayerCase, ...] = (  # [N, T=4, in=3] -> [N, 4, 5]
+    LayerCase("lstm", LSTM(3, 5), (4, 3)),
+    LayerCase("lstm-2-layers", LSTM(3, 5, num_layers=2), (4, 3)),
+    LayerCase("gru", GRU(3, 5), (4, 3)),
+    LayerCase("gru-2-layers", GRU(3, 5, num_layers=2), (4, 3)),
+)
+LAYER_CASES += RECURRENT_CASES
 
 
 def case_spec(case: LayerCase) -> ModelSpec:

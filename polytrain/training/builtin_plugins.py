@@ -70,9 +70,14 @@ class ProgressBar:
             self._bar = None
         if self.enabled and run.is_main:
             test = "-" if epoch.test_accuracy is None else f"{100 * epoch.test_accuracy:.2f}%"
+            ppl = (
+                ""
+                if epoch.test_perplexity is None
+                else f"test perplexity {epoch.test_perplexity:.3f}, "
+            )
             print(
                 f"epoch {epoch.epoch + 1}/{run.epochs}: loss {epoch.train_loss:.4f}, "
-                f"train acc {100 * epoch.train_accuracy:.2f}%, test acc {test}, "
+                f"train acc {100 * epoch.train_accuracy:.2f}%, test acc {test}, {ppl}"
                 f"{epoch.seconds:.1f} s, {epoch.samples_per_second:.0f} samples/s",
                 file=sys.stderr,
             )

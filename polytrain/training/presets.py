@@ -15,6 +15,27 @@ from polytrain.training.recipe import Recipe
 
 PRESETS: dict[str, dict[str, Any]] = {
     "lenet-fashion-mnist": {},
+    # vit-tiny (docs/recipes.md): Adam with a linear warm-up and a cosine decay, as small
+    # ViTs are trained; three epochs are a few CPU minutes on torch
+    "vit-fashion-mnist": {
+        "model": "vit-tiny",
+        "optimizer": "adam",
+        "lr": 0.002,
+        "batch_size": 128,
+        "epochs": 3,
+        "warmup_steps": 200,
+        "schedule": "cosine",
+    },
+    "char-lm-fortunes": {  # docs/recipes.md: measured perplexity and throughput per backend
+        "model": "char-transformer",
+        "dataset": "fortunes",
+        "epochs": 10,
+        "batch_size": 32,
+        "optimizer": "adam",
+        "lr": 0.003,
+        "schedule": "cosine:warmup=40",
+        "clip_grad_norm": 1.0,
+    },
 }
 
 

@@ -104,14 +104,14 @@ class StepRunner:
             losses, corrects = self._forward_backward(x, y, denominator)
         b.sync_gradients(model)
         loss_sum = sum(float(b.to_numpy(v)) for v in losses)
-        correct = self._metric_total(corrects)
+        correct = self._metric_total(corrects, self._counts(y))
         total = len(x)
         if b.world_size > 1:  # report the global batch, as one process would
             asks = [float(stop_signal == signal.SIGTERM), float(stop_signal == signal.SIGINT)]
             loss_sum, all_correct, all_total, terms, ints = b.allreduce_numbers(
                 [loss_sum, correct, len(x), *asks]
             )
-            correct = round(all_correct) if self.metric.counts else all_correct
+            correct = round(all_correct) if self._counts(y) else all_correct
             total = round(all_total)
             stop_signal = signal.SIGTERM if terms else signal.SIGINT if ints else 0
         if not np.isfinite(loss_sum) and mp.scaler is None:
@@ -147,16 +147,22 @@ class StepRunner:
         return losses, corrects
 
     def _metric(self, outputs: Any, targets: Any) -> Any:
-        """The metric's sum over a shard: accuracy by the backend's verb (no copy of the
-        outputs), the others by the numpy definition of :mod:`polytrain.neutral.losses`."""
+        """The metric's sum over a shard: accuracy of class rows by the backend's verb (no
+        copy of the outputs), the others (and sequence targets, where a sample counts the
+        share of its positions hit) by the numpy definition of :mod:`polytrain.neutral.losses`."""
         b = self.backend
-        if self.metric.name == "accuracy":
+        if self.metric.name == "accuracy" and len(targets.shape) == 1:
             return b.count_correct(outputs, targets)
         return metric_sum(self.metric, b.to_numpy(outputs), b.to_numpy(targets))
 
-    def _metric_total(self, sums: list[Any]) -> float:
+    def _counts(self, y: np.ndarray) -> bool:
+        """Whether the metric's sum over ``y``'s samples is a whole count (class labels
+        [N]; sequence targets [N, T] sum shares of positions)."""
+        return self.metric.counts and y.ndim == 1
+
+    def _metric_total(self, sums: list[Any], counts: bool) -> float:
         values = [v if isinstance(v, float) else float(self.backend.to_numpy(v)) for v in sums]
-        return round(sum(values)) if self.metric.counts else sum(values)
+        return round(sum(values)) if counts else sum(values)
 
     def clip_gradients(self) -> None:
         """Clip the summed gradients, as PyTorch's clip_grad_value_ then clip_grad_norm_:
@@ -174,17 +180,31 @@ class StepRunner:
 
     def eval_batch(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
         """(the metric's sum, samples) of one evaluation batch, split over the devices."""
+        total, _, n = self._evaluate(x, y, cross_entropy=False)
+        return total, n
+
+    def eval_batch_tokens(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float, int]:
+        """(the metric's sum, the sum of the samples' plain cross-entropy, samples) of one
+        evaluation batch of class targets: with sequence targets [N, T] the loss sum over
+        the samples is that of their mean token cross-entropy (the perplexity's exponent)."""
+        return self._evaluate(x, y, cross_entropy=True)
+
+    def _evaluate(
+        self, x: np.ndarray, y: np.ndarray, *, cross_entropy: bool
+    ) -> tuple[float, float, int]:
         b, model = self.backend, self.model
         x = self._cast(x)
         n = min(len(x), model.num_devices)
         devices = model.devices[:n]
         xs, ys = b.split_and_load(x, devices), b.split_and_load(y, devices)
+        counts, losses = [], []
         with self.mixed_precision.autocast():
-            counts = [
-                self._metric(b.forward(model, xi, replica=i, train=False), yi)
-                for i, (xi, yi) in enumerate(zip(xs, ys, strict=True))
-            ]
-        return self._metric_total(counts), len(x)
+            for i, (xi, yi) in enumerate(zip(xs, ys, strict=True)):
+                outputs = b.forward(model, xi, replica=i, train=False)
+                counts.append(self._metric(outputs, yi))
+                if cross_entropy:
+                    losses.append(float(b.to_numpy(b.loss(outputs, yi, LossSpec(), "sum"))))
+        return self._metric_total(counts, self._counts(y)), sum(losses), len(x)
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Eval-mode logits of replica 0 as numpy."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import signal
 import sys
 import threading
@@ -452,18 +453,37 @@ class Trainer:
                     self.save_checkpoint()
         b.synchronize()
         p.seconds += time.perf_counter() - t0
-        test_acc = self.evaluate(self.data.test) if self.data.test is not None else None
-        val_acc = self.evaluate(self.data.val) if self.data.val is not None else None
+        test_acc, test_ppl = self._evaluate(self.data.test)
+        val_acc, _ = self._evaluate(self.data.val)
+        train_loss = p.loss_sum / max(p.seen, 1)
+        tokens = self._sequence_targets()
         return EpochRecord(
             epoch=self.epoch,
-            train_loss=p.loss_sum / max(p.seen, 1),
+            train_loss=train_loss,
             train_accuracy=p.correct / max(p.seen, 1),
             test_accuracy=test_acc,
             val_accuracy=val_acc,
             seconds=p.seconds,
             samples_per_second=p.seen / p.seconds if p.seconds else 0.0,
             steps=p.step,
+            train_perplexity=perplexity(train_loss) if tokens and r.loss_spec().plain else None,
+            test_perplexity=test_ppl,
+            tokens_per_second=tokens * p.seen / p.seconds if tokens and p.seconds else None,
         )
+
+    def _sequence_targets(self) -> int:
+        """Positions per sample of sequence targets ([N, T] class labels: T), else 0."""
+        y = self.data.train.y
+        return int(y.shape[1]) if self.recipe.loss_spec().class_targets and y.ndim == 2 else 0
+
+    def _evaluate(self, dataset: ArrayDataset | None) -> tuple[float | None, float | None]:
+        """(the metric, the perplexity of sequence targets or None) of ``dataset``."""
+        if dataset is None:
+            return None, None
+        if not self._sequence_targets():
+            return self.evaluate(dataset), None
+        metric, mean_loss = self._evaluate_sums(dataset, tokens=True)
+        return metric, perplexity(mean_loss)
 
     def _unhealthy(
         self, problem: Problem, loss: float, step: int, x: np.ndarray, *, applied: bool
@@ -546,6 +566,7 @@ class Trainer:
                 "health": self.health.state_dict(),
                 "world_size": b.world_size,
                 "devices": [b.device_name(d) for d in self.devices],
+                "data": self.data.origins(),  # e.g. a text set's vocabulary
             },
             param_dtype=self.model.dtype,
         )
@@ -588,20 +609,33 @@ class Trainer:
     def evaluate(self, dataset: ArrayDataset, batch_size: int = 1000) -> float:
         """Accuracy over every sample of ``dataset``: each process takes a contiguous
         share, correct counts and sample counts are summed (no padding, no duplicates)."""
+        return self._evaluate_sums(dataset, batch_size)[0]
+
+    def _evaluate_sums(
+        self, dataset: ArrayDataset, batch_size: int = 1000, *, tokens: bool = False
+    ) -> tuple[float, float]:
+        """(the metric, the mean plain cross-entropy per sample when ``tokens``, else 0)."""
         b = self.backend
         n = len(dataset)
         lo, hi = share_bounds(n, b.world_size, b.rank)
         x, y = dataset.x, dataset.y
         correct: float = 0
+        loss: float = 0
         total = 0
         for start in range(lo, hi, batch_size):
             stop = min(start + batch_size, hi)
-            c, m = self.runner.eval_batch(x[start:stop], y[start:stop])
+            if tokens:
+                c, lsum, m = self.runner.eval_batch_tokens(x[start:stop], y[start:stop])
+                loss += lsum
+            else:
+                c, m = self.runner.eval_batch(x[start:stop], y[start:stop])
             self._progress(f"evaluation of epoch {self.epoch + 1}")
             correct += c
             total += m
-        all_correct, all_total = b.allreduce_numbers([correct, total])
-        return all_correct / all_total if all_total else float("nan")
+        all_correct, all_loss, all_total = b.allreduce_numbers([correct, loss, total])
+        if not all_total:
+            return float("nan"), float("nan")
+        return all_correct / all_total, all_loss / all_total
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -685,6 +719,14 @@ def as_datasets(data: Any, recipe: Recipe, spec: ModelSpec) -> Datasets:
             where = part.source or f"the {name} set"
             check_targets(loss, metric, part.y, spec.num_classes, where)
     return found
+
+
+def perplexity(mean_cross_entropy: float) -> float:
+    """``exp`` of a mean token cross-entropy (inf past float range, as the loss diverged)."""
+    try:
+        return math.exp(mean_cross_entropy)
+    except OverflowError:
+        return math.inf
 
 
 def peak_rss_mb() -> float | None:
