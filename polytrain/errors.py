@@ -40,3 +40,7 @@ class OutputError(PolytrainError):
 
 class DivergedError(PolytrainError):
     """Training diverged: the loss grew past its limit or too many steps were skipped."""
+
+
+class ShapeError(PolytrainError, ValueError):
+    """An input does not fit the model: the message names the layer and the shapes."""

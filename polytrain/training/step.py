@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,10 +23,11 @@ import numpy as np
 
 from polytrain.backend.base import Backend, Model
 from polytrain.backend.precision import param_dtype
-from polytrain.errors import ConfigError
+from polytrain.errors import ConfigError, ShapeError
 from polytrain.neutral.dropout_masks import ParityMasks
 from polytrain.neutral.losses import LossSpec, MetricSpec, metric_sum
 from polytrain.neutral.optim import Optimizer
+from polytrain.neutral.shape_check import describe_misfit
 from polytrain.neutral.sharding import shard_bounds
 from polytrain.training.mixed_precision import MixedPrecision
 
@@ -79,6 +81,21 @@ class StepRunner:
         self.mixed_precision = MixedPrecision(backend, precision, model.devices)
         self._input_dtype = np.dtype(model.dtype)  # batches are cast to the model's dtype
 
+    @contextlib.contextmanager
+    def _shapes_explained(self, x: np.ndarray) -> Iterator[None]:
+        """A framework's error on a batch that does not fit the spec becomes a ShapeError
+        naming the layer and the shapes (found by the numpy reference, only on failure)."""
+        try:
+            yield
+        except ShapeError:
+            raise
+        except Exception as exc:  # a framework's, or a backend's own shape complaint
+            spec = self.model.spec
+            why = describe_misfit(spec, tuple(np.shape(x))) if spec is not None else None
+            if why is None:
+                raise
+            raise ShapeError(why) from exc
+
     def _cast(self, x: np.ndarray) -> np.ndarray:
         """A float batch in the model's dtype (a no-op for float32 data and models)."""
         return x.astype(self._input_dtype, copy=False) if x.dtype.kind == "f" else x
@@ -100,7 +117,7 @@ class StepRunner:
         step = self.steps_taken if step is None else step
         self.steps_taken = step + 1
         masks = self.dropout_masks.step(step) if self.dropout_masks else contextlib.nullcontext()
-        with masks:
+        with masks, self._shapes_explained(x):
             losses, corrects = self._forward_backward(x, y, denominator)
         b.sync_gradients(model)
         loss_sum = sum(float(b.to_numpy(v)) for v in losses)
@@ -198,7 +215,7 @@ class StepRunner:
         devices = model.devices[:n]
         xs, ys = b.split_and_load(x, devices), b.split_and_load(y, devices)
         counts, losses = [], []
-        with self.mixed_precision.autocast():
+        with self.mixed_precision.autocast(), self._shapes_explained(x):
             for i, (xi, yi) in enumerate(zip(xs, ys, strict=True)):
                 outputs = b.forward(model, xi, replica=i, train=False)
                 counts.append(self._metric(outputs, yi))
@@ -210,4 +227,5 @@ class StepRunner:
         """Eval-mode logits of replica 0 as numpy."""
         b = self.backend
         x = self._cast(x)
-        return b.to_numpy(b.forward(self.model, b.to_tensor(x, self.model.devices[0])))
+        with self._shapes_explained(x):
+            return b.to_numpy(b.forward(self.model, b.to_tensor(x, self.model.devices[0])))
