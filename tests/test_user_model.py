@@ -255,3 +255,11 @@ def test_trainer_takes_arrays_and_indexables_with_a_regression_loss(helper: Path
         Trainer(recipe, "numpy", progress=False, datasets=(x, y[:, 0]))
     with pytest.raises(DataError, match=r"takes \[N, 5\]"):
         Trainer(recipe, "numpy", progress=False, datasets=Samples(x[:, :4], y))
+
+
+def test_every_layer_type_is_in_the_public_layer_module() -> None:
+    import polytrain.layers
+    from polytrain.neutral.models import LAYER_TYPES
+
+    missing = [name for name in LAYER_TYPES if name not in polytrain.layers.__all__]
+    assert not missing, f"polytrain.layers lacks {missing}"
