@@ -361,14 +361,22 @@ def _metric_text(value: float, counts: bool) -> str:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Train one recipe on one backend and print the summary."""
+    from polytrain.plugins.user_plugin import load_plugin
+    from polytrain.training.keep_best import KeepBest
     from polytrain.training.trainer import Trainer
 
     recipe = resumed_recipe(args) if args.resume else recipe_from_args(args)
+    plugins = [load_plugin(ref) for ref in args.plugin]
+    if args.keep_best is not None:
+        if not args.out:
+            raise ConfigError(f"--keep-best {args.keep_best} keeps a checkpoint: add --out DIR.")
+        plugins.append(KeepBest(args.keep_best))
     trainer = Trainer(
         recipe,
         args.backend,
         out_dir=args.out,
         progress=False if args.quiet else None,
+        plugins=plugins,
         threads=args.threads,
         timeout=args.timeout,
         resume=args.resume,
@@ -396,6 +404,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 128 + signum
     if rank != 0:  # rank 0 reports for the job
         return 0
+    if summary.stop_reason != "completed":  # an early stop or a plugin's clean stop
+        print(f"polytrain train: {summary.stop_reason}", file=sys.stderr)
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2))
         return 0
@@ -431,8 +441,6 @@ def cmd_train(args: argparse.Namespace) -> int:
             ppl = e.test_perplexity
             row += ["-" if ppl is None else f"{ppl:.3f}", f"{e.tokens_per_second or 0:.0f}"]
     _console().print(_table(title, columns, rows))
-    if summary.stop_reason.startswith("early stop"):
-        print(f"polytrain train: {summary.stop_reason}", file=sys.stderr)
     return 0
 
 
@@ -814,6 +822,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep-checkpoints", type=num.positive_int, default=2, help="checkpoints kept in --out"
     )
     p.add_argument("--tensorboard", default=None, help="write TensorBoard event files here")
+    p.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="PKG.MODULE:CLASS",
+        help="a training-event plugin (a class or factory called with no arguments); "
+        "repeatable (docs/architecture.md, Callbacks that act)",
+    )
+    p.add_argument(
+        "--keep-best",
+        default=None,
+        metavar="METRIC",
+        help="also keep the checkpoint of the best epoch so far by METRIC (val_accuracy, "
+        "test_accuracy, train_loss, ...) as checkpoints/best in --out",
+    )
     p.add_argument(
         "--inspect",
         default=None,

@@ -545,6 +545,31 @@ class CheckpointManager:
             self.pointer, json.dumps({"checkpoint": path.name, "global_step": step}) + "\n"
         )
 
+    def keep_as(self, path: Path, name: str) -> Path:
+        """Copy the checkpoint ``path`` to ``checkpoints/<name>`` (replacing an older one
+        atomically, as :func:`save_checkpoint` does); :meth:`prune` never touches it."""
+        target = self.directory / name
+        _check_replaceable(target)
+        _recover(target)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=self.directory))
+        aside = _aside(target)
+        try:
+            apply_umask(tmp, directory=True)
+            for file in sorted(path.iterdir(), key=lambda f: f.name == MANIFEST_FILE):
+                shutil.copyfile(file, tmp / file.name)  # the manifest last
+                with open(tmp / file.name, "rb") as fh:
+                    os.fsync(fh.fileno())
+            fsync_dir(tmp)
+            if target.exists():
+                os.rename(target, aside)
+            os.rename(tmp, target)
+            fsync_dir(self.directory)
+        except BaseException:
+            _recover(target)
+            raise
+        shutil.rmtree(aside, ignore_errors=True)
+        return target
+
     def set_aside(self, after: Path | None) -> list[Path]:
         """Move every checkpoint newer than ``after`` (all of them if None) into
         ``checkpoints/diverged/``, where ``--resume`` does not look, and point ``latest`` at

@@ -10,7 +10,10 @@ Two groups, by life-cycle phase:
 * training events: called by the recipe loop in :mod:`polytrain.training.trainer`; the
   progress bar and the JSON-lines metrics logger are built-in plugins that
   implement them. Per-step work (``allreduce``, ``split_and_load``) never goes
-  through hooks: it calls the backend object directly.
+  through hooks: it calls the backend object directly. Each may also take ``control``, a
+  :class:`polytrain.plugins.control.TrainControl` through which it acts on the run (stop
+  cleanly, set the learning rate, keep a checkpoint, read the parameters); pluggy passes
+  it only to implementations that name it.
 
 Any plugin may implement any hook; all implementations are called.
 """
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
     from polytrain.backend.model_walker import ModelWalker
     from polytrain.backend.native_format import NativeFormat
     from polytrain.distributed.launcher import Launcher
+    from polytrain.plugins.control import TrainControl
     from polytrain.plugins.info import BackendInfo
     from polytrain.plugins.records import EpochRecord, RunInfo, StepRecord, Summary
 
@@ -74,20 +78,20 @@ def polytrain_register_model_walkers(register: Callable[[ModelWalker], None]) ->
 
 
 @hookspec
-def polytrain_train_start(run: RunInfo) -> None:
+def polytrain_train_start(run: RunInfo, control: TrainControl) -> None:
     """Training is about to start: the run header (backend, devices, threads, recipe)."""
 
 
 @hookspec
-def polytrain_step_end(run: RunInfo, step: StepRecord) -> None:
+def polytrain_step_end(run: RunInfo, step: StepRecord, control: TrainControl) -> None:
     """One optimizer step finished. Keep it cheap: it runs on every step."""
 
 
 @hookspec
-def polytrain_epoch_end(run: RunInfo, epoch: EpochRecord) -> None:
+def polytrain_epoch_end(run: RunInfo, epoch: EpochRecord, control: TrainControl) -> None:
     """One epoch finished and was evaluated."""
 
 
 @hookspec
-def polytrain_train_end(run: RunInfo, summary: Summary) -> None:
+def polytrain_train_end(run: RunInfo, summary: Summary, control: TrainControl) -> None:
     """Training finished (also after an interruption that saved a checkpoint)."""

@@ -1,10 +1,13 @@
 """Early stopping on the validation metric, a pure function of the run's epoch history
-(which checkpoints hold, so a resumed run stops where an uninterrupted one would)."""
+(which checkpoints hold, so a resumed run stops where an uninterrupted one would), and the
+built-in plugin that acts on it through the run's control."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from polytrain.plugins.control import TrainControl
+from polytrain.plugins.hookspecs import hookimpl
 from polytrain.plugins.records import EpochRecord
 
 
@@ -32,3 +35,22 @@ def early_stop_reason(
         f"epoch{'s' if stale > 1 else ''} "
         f"(best {scores[best]:.4f} at epoch {best + 1}, --early-stop {patience})"
     )
+
+
+class EarlyStopping:
+    """``--early-stop PATIENCE`` as a plugin: after each epoch, a clean stop through the
+    run's :class:`~polytrain.plugins.control.TrainControl` when :func:`early_stop_reason`
+    gives one (the history includes the epochs before a resume)."""
+
+    def __init__(self, patience: int, *, lower_is_better: bool = False, label: str = "accuracy"):
+        self.patience = patience
+        self.lower_is_better = lower_is_better
+        self.label = label
+
+    @hookimpl
+    def polytrain_epoch_end(self, control: TrainControl) -> None:
+        reason = early_stop_reason(
+            control.history, self.patience, lower_is_better=self.lower_is_better, label=self.label
+        )
+        if reason is not None:
+            control.request_stop(reason.removeprefix("early stop: "), kind="early stop")

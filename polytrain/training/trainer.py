@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pluggy
 
 from polytrain.backend.base import Backend, BackendOptions
 from polytrain.backend.precision import param_dtype
@@ -55,11 +56,12 @@ from polytrain.neutral.losses import check_targets
 from polytrain.neutral.models import ModelSpec
 from polytrain.neutral.sharding import share_bounds
 from polytrain.neutral.spec_file import is_spec_reference, resolve_model_spec
+from polytrain.plugins.control import TrainControl
 from polytrain.plugins.records import EpochRecord, RunInfo, StepRecord, Summary
 from polytrain.plugins.registry import cluster_environments, get_backend, make_plugin_manager
 from polytrain.training.builtin_plugins import JsonlLogger, ProgressBar
 from polytrain.training.curves import CurvesPlot, TensorBoardLogger
-from polytrain.training.early_stopping import early_stop_reason
+from polytrain.training.early_stopping import EarlyStopping
 from polytrain.training.health import (
     DEFAULT_MAX_LOSS_GROWTH,
     DEFAULT_MAX_SKIPPED,
@@ -213,8 +215,19 @@ class Trainer:
             )
         if tensorboard is not None:
             self.pm.register(TensorBoardLogger(tensorboard), name="polytrain.tensorboard")
+        if recipe.early_stop:
+            metric = recipe.metric_spec()
+            early = EarlyStopping(
+                recipe.early_stop,
+                lower_is_better=metric.name == "mse",  # the one error metric; the rest are rates
+                label=metric.label,
+            )
+            self.pm.register(early, name="polytrain.early_stop")
         for plugin in plugins:
-            self.pm.register(plugin)
+            register_plugin(self.pm, plugin)
+        self.control = TrainControl(
+            lambda: self.backend.get_params(self.model), lambda: self.history
+        )
 
         b = self.backend
         self.devices = b.devices(recipe.devices, cluster=self.cluster)  # gpu: this rank's
@@ -347,11 +360,12 @@ class Trainer:
     def _fit(self) -> Summary:
         run = self.run_info()
         hook = self.pm.hook
-        hook.polytrain_train_start(run=run)
+        control = self.control
+        hook.polytrain_train_start(run=run, control=control)
         start = time.perf_counter()
         stop_reason = "completed"
         try:
-            while self.epoch < self.recipe.epochs:
+            while self.epoch < self.recipe.epochs and not control.stop_requested:
                 record = self.train_epoch(run)
                 if record is None:
                     stop_reason = f"interrupted by {signal.Signals(self._stop_signal or 2).name}"
@@ -360,10 +374,10 @@ class Trainer:
                 self.epoch += 1
                 self.partial = EpochProgress()
                 self.save_checkpoint()
-                hook.polytrain_epoch_end(run=run, epoch=record)
-                if reason := self._early_stop():
-                    stop_reason = reason
-                    break
+                hook.polytrain_epoch_end(run=run, epoch=record, control=control)
+                self._keep_marked()
+            if control.stop_reason is not None and stop_reason == "completed":
+                stop_reason = control.stop_reason  # a plugin's clean stop
             ended = not stop_reason.startswith("interrupted")  # completed or early stop
             if ended and (problem := self.health.skipped_problem()):
                 raise DivergedError(
@@ -383,18 +397,8 @@ class Trainer:
                 stop_reason=stop_reason,
                 peak_rss_mb=peak_rss_mb(),
             )
-            hook.polytrain_train_end(run=run, summary=summary)
+            hook.polytrain_train_end(run=run, summary=summary, control=control)
         return summary
-
-    def _early_stop(self) -> str | None:
-        """The early-stop reason after this epoch, if any (:mod:`.early_stopping`)."""
-        metric = self.recipe.metric_spec()
-        return early_stop_reason(
-            self.history,
-            self.recipe.early_stop,
-            lower_is_better=metric.name == "mse",  # the one error metric; the rest are rates
-            label=metric.label,
-        )
 
     def train_epoch(self, run: RunInfo) -> EpochRecord | None:
         """Train (the rest of) the current epoch and evaluate; None if a signal stopped it."""
@@ -411,8 +415,11 @@ class Trainer:
                     self.global_step + 1
                 )
                 outputs = self._layer_outputs(x) if inspecting else []
-                # backends apply changes only
-                self.optimizer.set_lr(self.schedule.lr_at(self.global_step, r.lr))
+                # backends apply changes only; a plugin's lr replaces the schedule's
+                lr = self.control.lr
+                self.optimizer.set_lr(
+                    self.schedule.lr_at(self.global_step, r.lr) if lr is None else lr
+                )
                 result = self.runner.train_step(
                     x, y, global_count=sizes[step], stop_signal=self._stop_signal or 0,
                     step=self.global_step,
@@ -441,6 +448,7 @@ class Trainer:
                         grad_norm=grad_norm,
                         extra=extra,
                     ),
+                    control=self.control,
                 )
                 # several processes stop at the step they agreed on (a peer would hang)
                 stop = result.stop_signal if b.world_size > 1 else self._stop_signal
@@ -451,6 +459,8 @@ class Trainer:
                     return None
                 if self.checkpoint_every and self.global_step % self.checkpoint_every == 0:
                     self.save_checkpoint()
+                if self.control.stop_requested:  # a clean stop: this epoch ends here
+                    break
         b.synchronize()
         p.seconds += time.perf_counter() - t0
         test_acc, test_ppl = self._evaluate(self.data.test)
@@ -567,11 +577,20 @@ class Trainer:
                 "world_size": b.world_size,
                 "devices": [b.device_name(d) for d in self.devices],
                 "data": self.data.origins(),  # e.g. a text set's vocabulary
+                "control": self.control.state_dict(),  # a plugin's lr
             },
             param_dtype=self.model.dtype,
         )
         self.health.saved(self.global_step, self.last_checkpoint)
+        self._keep_marked()
         return self.last_checkpoint
+
+    def _keep_marked(self) -> None:
+        """Keep the last checkpoint under the names plugins asked for (rank 0, with --out)."""
+        if self.checkpoints is None or self.last_checkpoint is None:
+            return
+        while self.control.marks:
+            self.checkpoints.keep_as(self.last_checkpoint, self.control.marks.pop(0))
 
     def restore(self, checkpoint: Checkpoint) -> None:
         """Continue from a checkpoint written by any backend, on any device count."""
@@ -599,6 +618,7 @@ class Trainer:
                 f"malformed ({exc}); use an earlier checkpoint."
             ) from exc
         self.health.load_state_dict(extra.get("health"))
+        self.control.load_state_dict(extra.get("control"))
         self.last_checkpoint = checkpoint.path
         ours = self.checkpoints is not None and (
             checkpoint.path.resolve().parent == self.checkpoints.directory.resolve()
@@ -661,6 +681,15 @@ class EpochProgress:
         self.loss_sum += result.loss_sum
         self.correct += result.correct
         self.seen += result.samples
+
+
+def register_plugin(pm: pluggy.PluginManager, plugin: object) -> None:
+    """Register a user plugin; one line saying what is wrong when pluggy rejects it (a
+    misspelt hook name or argument)."""
+    try:
+        pm.register(plugin)
+    except (pluggy.PluginValidationError, ValueError) as exc:
+        raise ConfigError(f"plugin {type(plugin).__name__}: {exc}".replace("\n", " ")) from exc
 
 
 def check_resumable(saved: dict[str, Any], recipe: Recipe) -> None:

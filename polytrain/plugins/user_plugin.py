@@ -1,0 +1,70 @@
+"""``polytrain train --plugin pkg.module:Class``: a user's training-event plugin by name."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+from polytrain.errors import ConfigError
+
+TRAINING_HOOKS = (
+    "polytrain_train_start",
+    "polytrain_step_end",
+    "polytrain_epoch_end",
+    "polytrain_train_end",
+)
+
+
+def load_plugin(ref: str) -> object:
+    """The plugin ``ref`` names: ``pkg.module:Name`` where ``Name`` is a class or factory
+    (called with no arguments) or a plugin object. The module is imported from
+    ``sys.path``, then from the current folder. Every problem is one ConfigError line."""
+    module_name, _, attr = ref.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"--plugin {ref!r}: give pkg.module:Class (e.g. myplugins:StopAtLoss).")
+    found: Any = _import(module_name, ref)
+    for part in attr.split("."):
+        if not hasattr(found, part):
+            raise ConfigError(f"--plugin {ref!r}: module {module_name} has no {attr!r}.")
+        found = getattr(found, part)
+    if callable(found) and not _is_plugin(found):
+        try:
+            found = found()
+        except Exception as exc:
+            raise ConfigError(
+                f"--plugin {ref!r}: calling {attr}() failed: {type(exc).__name__}: {exc}"
+            ) from exc
+    if not _is_plugin(found):
+        raise ConfigError(
+            f"--plugin {ref!r} gave a {type(found).__name__} with none of the hooks "
+            f"{', '.join(TRAINING_HOOKS)} (marked @polytrain.hookimpl)."
+        )
+    return found
+
+
+def _is_plugin(obj: object) -> bool:
+    return not isinstance(obj, type) and any(hasattr(obj, h) for h in TRAINING_HOOKS)
+
+
+def _import(module_name: str, ref: str) -> Any:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        top = module_name.partition(".")[0]
+        cwd = os.getcwd()
+        if exc.name != top or cwd in sys.path or "" in sys.path:
+            raise ConfigError(f"--plugin {ref!r}: cannot import {module_name!r}: {exc}.") from None
+        sys.path.append(cwd)  # `polytrain` (a console script) does not search it itself
+        try:
+            return importlib.import_module(module_name)
+        except ImportError as again:
+            raise ConfigError(
+                f"--plugin {ref!r}: cannot import {module_name!r} from sys.path or {cwd}: "
+                f"{again}. Add its folder to PYTHONPATH."
+            ) from None
+    except Exception as exc:  # an error inside the user's module, said in one line
+        raise ConfigError(
+            f"--plugin {ref!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from None
