@@ -150,4 +150,3 @@ def test_lockstep_gradient_tolerance_fails_by_name_and_step() -> None:
     assert compare_runs([a, b], Recipe(), Tolerances(grad=0.3), lockstep_result=lock).ok
     fp64 = Recipe(precision="fp64")
     assert not compare_runs([a, b], fp64, Tolerances(), lockstep_result=lock).ok
-

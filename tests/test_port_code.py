@@ -280,3 +280,55 @@ def test_a_file_that_does_not_parse_is_one_line_and_writes_nothing(
 def test_the_docs_list_is_the_table() -> None:
     text = DOCS.read_text(encoding="utf-8")
     assert page_with_list(text) == text, "run: python -m polytrain.porting.code.doc"
+
+
+GLUON_LOOP = """import mxnet as mx
+from mxnet import autograd, gluon
+from mxnet.gluon import nn
+
+net = nn.Sequential()
+net.add(nn.Dense(4, flatten=False), nn.Dense(2))
+seen = set()
+seen.add(3)
+trainer = gluon.Trainer(net.collect_params(), 'sgd', {'learning_rate': 0.1})
+for x, y in batches:
+    with autograd.record():
+        loss = loss_fn(net(x), y)
+    loss.backward()
+    trainer.step(x.shape[0])
+other.step(8)
+x.attach_grad()
+z.backward()
+"""
+
+
+def test_gluon_step_divides_the_loss_zeroes_the_gradients_and_marks_what_it_cannot_see() -> None:
+    result = convert_source(GLUON_LOOP)
+    lines = result.code.splitlines()
+    assert (
+        "net.extend([nn.LazyLinear(out_features=4), torch.nn.Sequential(torch.nn.Flatten(), "
+        "nn.LazyLinear(out_features=2))])"
+    ) in lines
+    assert "seen.add(3)" in lines  # a set's add: not a Sequential made in this file
+    assert "trainer = torch.optim.SGD(net.parameters(), lr=0.1)" in lines
+    at = lines.index("    loss = loss_fn(net(x), y)")  # the record block's body, unindented
+    assert lines[at + 1 : at + 4] == [
+        "    (loss / x.shape[0]).sum().backward()",
+        "    trainer.step()",
+        "    trainer.zero_grad()",
+    ]
+    assert result.report.reasons() == {
+        ".step": "a `.step(...)` whose receiver is not seen made by gluon.Trainer in this file",
+        ".backward": "Gluon overwrites the gradients at each backward, PyTorch adds to them: "
+        "converted where a `trainer.step(n)` follows in the same block (it zeroes them); "
+        "elsewhere zero them first (`x.grad = None`) and write `loss.sum().backward()`",
+    }
+    assert "x.requires_grad_()" in lines and "other.step(8)" in lines and "z.backward()" in lines
+
+
+def test_d2l_mxnet_seed_conversion_rate() -> None:
+    seed = convert_source((FIXTURES / "d2l_multi_gpu_mxnet.py").read_text(encoding="utf-8"))
+    assert (len(seed.report.lines), len(seed.report.converted_lines)) == (38, 37)
+    assert dict(seed.report.unconverted) == {".backward": 1}  # `for l in ls: l.backward()`
+    code = [line for line in seed.code.splitlines() if not line.lstrip().startswith("#")]
+    assert not [line for line in code if "mxnet" in line or "nd." in line or "autograd" in line]

@@ -1,4 +1,4 @@
-"""``polytrain port-code``: Paddle (and later Gluon) source rewritten into PyTorch source
+"""``polytrain port-code``: Paddle and MXNet Gluon source rewritten into PyTorch source
 by a mapping table kept as data (the TOML files here), each entry proven by a test that
 runs both APIs; what cannot be converted stays in place under a marker comment."""
 

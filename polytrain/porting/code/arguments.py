@@ -66,6 +66,8 @@ class Converted:
     target: str
     args: list[cst.Arg]
     wraps: list[str] = field(default_factory=list)
+    before: list[str] = field(default_factory=list)
+    moved: dict[str, cst.BaseExpression] = field(default_factory=dict)
 
 
 @dataclass
@@ -75,21 +77,63 @@ class _Bound:
     position: int | None  # its index among the source's positional arguments
 
 
+def _spread(spec: Arg, arg: cst.Arg, api: str) -> list[cst.Arg]:
+    """A dict display's items as keyword arguments (``{'learning_rate': 0.1}``)."""
+    value = arg.value
+    if not isinstance(value, cst.Dict):
+        raise NotConverted(f"`{spec.name}` is not a dict display: its keys cannot be seen")
+    out = []
+    for element in value.elements:
+        key = element.key if isinstance(element, cst.DictElement) else None
+        is_literal, name = _value(key) if key is not None else (False, None)
+        if not (is_literal and isinstance(name, str) and name.isidentifier()):
+            raise NotConverted(f"`{spec.name}` has a key that is not a string literal")
+        out.append(cst.Arg(value=element.value, keyword=cst.Name(name), equal=NO_SPACE))
+    return out
+
+
 def _bind(entry: Entry, args: Sequence[cst.Arg], api: str) -> list[_Bound]:
     bound: list[_Bound] = []
+    packed: list[cst.Arg] = []
+    pack = next((a for a in entry.args if a.packs), None)
     for i, arg in enumerate(args):
         if arg.star:
             raise NotConverted(f"`{arg.star}` arguments hide their names from the table")
         if arg.keyword is None:
+            if pack is not None and i >= entry.args.index(pack):
+                packed.append(arg)
+                continue
             if i >= len(entry.args):
                 raise NotConverted(f"more positional arguments than {api} takes in the table")
-            bound.append(_Bound(entry.args[i], arg, i))
+            at = entry.args[i]
+            if at.spread:
+                bound.extend(_keywords(entry, _spread(at, arg, api)))
+                continue
+            bound.append(_Bound(at, arg, i))
             continue
         spec = entry.arg(arg.keyword.value)
         if spec is None:
             raise NotConverted(f"its argument `{arg.keyword.value}=` is not in the table")
+        if spec.spread:
+            bound.extend(_keywords(entry, _spread(spec, arg, api)))
+            continue
         bound.append(_Bound(spec, arg, None))
+    if pack is not None and packed:
+        items = [cst.Element(a.value) for a in packed]
+        whole = cst.Arg(value=cst.List(items))
+        bound.insert(0, _Bound(pack, whole, entry.args.index(pack)))
     return bound
+
+
+def _keywords(entry: Entry, args: Sequence[cst.Arg]) -> list[_Bound]:
+    out = []
+    for arg in args:
+        assert arg.keyword is not None
+        spec = entry.arg(arg.keyword.value)
+        if spec is None:
+            raise NotConverted(f"its setting `{arg.keyword.value}` is not in the table")
+        out.append(_Bound(spec, arg, None))
+    return out
 
 
 def _target(entry: Entry, bound: list[_Bound]) -> tuple[str, str | None]:
@@ -97,14 +141,17 @@ def _target(entry: Entry, bound: list[_Bound]) -> tuple[str, str | None]:
     consumed choosing it."""
     if entry.target_by is None:
         return entry.target, None
-    name, choices = entry.target_by
+    name, choices, keep = entry.target_by
+    consumed = None if keep else name
     given = next((b for b in bound if b.spec.name == name), None)
     if given is None:
-        return entry.target, name
+        return entry.target, consumed
     is_literal, value = _value(given.node.value)
     for key, target in choices.items():
-        if is_literal and _same(value, literal(key)):
-            return target, name
+        if key != ANY and is_literal and _same(value, literal(key)):
+            return target, consumed
+    if ANY in choices:
+        return choices[ANY], consumed
     raise NotConverted(
         f"`{name}={code(given.node.value)}`: the table converts only {', '.join(choices)}"
     )
@@ -169,17 +216,22 @@ def convert_arguments(entry: Entry, args: Sequence[cst.Arg], api: str) -> Conver
     target, chooser = _target(entry, bound)
     emitted: list[tuple[str, cst.BaseExpression, _Bound | None]] = []
     wraps: list[str] = []
+    before: list[str] = []
+    moved: dict[str, cst.BaseExpression] = {}
     edits = _edits(bound, api)
     for b in bound:
         if b.spec.name == chooser:
+            continue
+        if b.spec.moves:
+            moved[b.spec.name] = b.node.value
             continue
         new = _convert_value(b.spec, b.node)
         if new is None:
             continue
         if b.spec.name in edits:
             new = edits[b.spec.name].format(_atom(new))
-        if b.spec.wrap:
-            wraps.append(new)
+        if b.spec.wrap or b.spec.before:
+            (wraps if b.spec.wrap else before).append(new)
             continue
         if new.startswith("*"):
             star_value = cst.parse_expression(new[1:])
@@ -188,13 +240,20 @@ def convert_arguments(entry: Entry, args: Sequence[cst.Arg], api: str) -> Conver
         value = b.node.value if new == code(b.node.value) else cst.parse_expression(new)
         name = b.spec.target_name
         assert name is not None
-        emitted.append((name, value, b))
+        emitted.append((name.lstrip("*"), value, b))
     given = {b.spec.name for b in bound}
     for spec in entry.args:
-        if spec.name not in given and spec.default is not None and spec.target_name:
-            emitted.append((spec.target_name, cst.parse_expression(spec.default), None))
+        if spec.name in given:
+            continue
+        if spec.need:
+            raise NotConverted(f"`{spec.name}=` is not given: {spec.need}")
+        default = spec.default_for.get(target, spec.default)
+        if default is not None and spec.before:
+            before.append(default)
+        elif default is not None and spec.target_name:
+            emitted.append((spec.target_name, cst.parse_expression(default), None))
     emitted = _tuples(entry, emitted)
-    return Converted(target, _layout(entry, emitted, args), wraps)
+    return Converted(target, _layout(entry, emitted, args), wraps, before, moved)
 
 
 def _tuples(

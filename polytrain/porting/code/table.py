@@ -23,8 +23,9 @@ TABLE_DIR = Path(__file__).parent
 ANY = "*"  # in ``drop``: any value is dropped (it does not change a number)
 ARG_KEYS = {
     "name", "to", "drop", "convert", "template", "default", "why", "wrap", "others", "edits",
+    "before", "need", "spread", "moves",
 }  # fmt: skip
-KINDS = ("call", "reference", "method", "context", "scheduler")
+KINDS = ("call", "reference", "method", "context", "scheduler", "remove")
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,13 @@ class Arg:
     tuple from two source arguments (Adam's ``beta1``, ``beta2`` -> ``betas``); each part
     then needs its ``default``. ``edits``: source literal -> (another source argument,
     target code around that argument's value): ``transpose_y=True`` makes ``y`` ``y.mT``
-    and is itself dropped."""
+    and is itself dropped. ``default`` may be a table by target name (``target_by``).
+    ``before``: the converted value is a layer that precedes the call (Gluon's ``Dense``
+    flattens its input first). ``need``: the argument must be given (why, when not).
+    ``spread``: the value is a dict display whose string keys are more keyword arguments
+    of the entry (Gluon's ``optimizer_params``). A name starting with ``*`` takes every
+    remaining positional argument, written as one list. ``moves``: the value leaves the
+    call for the paired statement (the batch size of Gluon's ``trainer.step``)."""
 
     name: str
     to: str | None = ""
@@ -53,6 +60,15 @@ class Arg:
     wrap: bool = False
     others: bool = False
     edits: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    default_for: Mapping[str, str] = field(default_factory=dict)
+    before: bool = False
+    need: str = ""
+    spread: bool = False
+    moves: bool = False
+
+    @property
+    def packs(self) -> bool:
+        return self.name.startswith("*")
 
     @property
     def target_name(self) -> str | None:
@@ -64,14 +80,23 @@ class Arg:
 @dataclass(frozen=True)
 class Entry:
     """One API: ``source`` (qualified name, or ``.name`` for a method), ``target`` (empty
-    when the API is known but not converted: ``unsupported`` says why)."""
+    when the API is known but not converted: ``unsupported`` says why).
+
+    A method with ``receivers`` is converted only on a receiver assigned from a call of
+    one of those APIs in the module (``net = nn.Sequential()``; ``net.add``); on another
+    receiver it is marked with ``unknown_receiver`` or, when that is empty, left alone
+    (``seen.add(x)`` on a set). ``then``: a method called on the same receiver in a
+    statement added after (``trainer.zero_grad()``). ``needs_pair``: converted only as the
+    statement an argument ``moves`` to (``loss.backward()`` before ``trainer.step(n)``),
+    else marked with this reason. ``kind = "remove"``: the statement that is only this
+    call goes (``net.hybridize()``)."""
 
     source: str
     target: str
     kind: str = "call"
     args: tuple[Arg, ...] = ()
     positional: tuple[str, ...] = ()
-    target_by: tuple[str, Mapping[str, str]] | None = None
+    target_by: tuple[str, Mapping[str, str], bool] | None = None
     rule: str = ""
     note: str = ""
     unsupported: str = ""
@@ -81,6 +106,10 @@ class Entry:
     inputs: Mapping[str, str] = field(default_factory=dict)
     tolerance: float | None = None
     differs: tuple[str, ...] = ()
+    receivers: tuple[str, ...] = ()
+    unknown_receiver: str = ""
+    then: str = ""
+    needs_pair: str = ""
 
     @property
     def is_method(self) -> bool:
@@ -103,6 +132,15 @@ class Framework:
     sequential: str
     entries: Mapping[str, Entry]
     methods: Mapping[str, Entry]
+    same: Mapping[str, str] = field(default_factory=dict)
+
+    def canonical(self, name: str) -> str:
+        """``name`` with a module synonym replaced (``mxnet.ndarray.zeros`` is
+        ``mxnet.nd.zeros``)."""
+        for prefix, replacement in self.same.items():
+            if name == prefix or name.startswith(prefix + "."):
+                return replacement + name[len(prefix) :]
+        return name
 
 
 def literal(code: str) -> Any:
@@ -124,13 +162,19 @@ def _arg(raw: str | Mapping[str, Any], where: str) -> Arg:
     edits = {key: (str(v[0]), str(v[1])) for key, v in raw.get("edits", {}).items()}
     for code in (*(d for d in drop if d != ANY), *raw.get("convert", {}), *edits):
         literal(code)
+    default = raw.get("default")
     return Arg(
         name=raw["name"],
         to=None if to == "-" else to,
         drop=drop,
         convert=dict(raw.get("convert", {})),
         template=raw.get("template"),
-        default=raw.get("default"),
+        default=default if isinstance(default, str | None) else None,
+        default_for=dict(default) if isinstance(default, Mapping) else {},
+        before=bool(raw.get("before", False)),
+        need=raw.get("need", ""),
+        spread=bool(raw.get("spread", False)),
+        moves=bool(raw.get("moves", False)),
         why=raw.get("why", ""),
         wrap=bool(raw.get("wrap", False)),
         others=bool(raw.get("others", False)),
@@ -149,7 +193,8 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
         raise ConfigError(f"{where}: kind {kind!r} is not one of {', '.join(KINDS)}.")
     target_by = None
     if "target_by" in raw:
-        target_by = (raw["target_by"]["name"], dict(raw["target_by"]["map"]))
+        by = raw["target_by"]
+        target_by = (by["name"], dict(by["map"]), bool(by.get("keep", False)))
     return Entry(
         source=raw["source"],
         target=raw.get("target", ""),
@@ -166,6 +211,10 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
         inputs=dict(raw.get("inputs", {})),
         tolerance=raw.get("tolerance"),
         differs=tuple(raw.get("differs", ())),
+        receivers=tuple(raw.get("receivers", ())),
+        unknown_receiver=raw.get("unknown_receiver", ""),
+        then=raw.get("then", ""),
+        needs_pair=raw.get("needs_pair", ""),
     )
 
 
@@ -189,6 +238,7 @@ def load_framework(path: Path) -> Framework:
         sequential=head.get("sequential", ""),
         entries=entries,
         methods=methods,
+        same=dict(head.get("same", {})),
     )
 
 
@@ -206,16 +256,18 @@ def frameworks() -> dict[str, Framework]:
             fw = Framework(
                 old.name, old.root, old.target_root, {**old.modules, **fw.modules},
                 old.sequential or fw.sequential, {**old.entries, **fw.entries},
-                {**old.methods, **fw.methods},
+                {**old.methods, **fw.methods}, {**old.same, **fw.same},
             )  # fmt: skip
         merged[fw.root] = fw
     return merged
 
 
-def all_entries() -> list[Entry]:
-    """Every entry of every table, calls and references first, then methods."""
+def all_entries(root: str | None = None) -> list[Entry]:
+    """Every entry of every table (of the framework imported as ``root``), calls and
+    references first, then methods."""
     out: list[Entry] = []
     for fw in frameworks().values():
-        out.extend(fw.entries.values())
-        out.extend(fw.methods.values())
+        if root is None or fw.root == root:
+            out.extend(fw.entries.values())
+            out.extend(fw.methods.values())
     return out

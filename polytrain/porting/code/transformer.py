@@ -71,6 +71,11 @@ class PortTransformer(cst.CSTTransformer):
         self._lr_of: dict[cst.CSTNode, cst.BaseExpression] = {}  # optimizer call -> its lr
         self._moves: dict[cst.CSTNode, list[tuple[cst.CSTNode, cst.CSTNode]]] = {}
         self._made: dict[cst.CSTNode, list[cst.CSTNode]] = {}
+        self._made_by: dict[str, str] = {}  # receiver code -> the API whose call made it
+        self._divisor: dict[cst.CSTNode, cst.BaseExpression] = {}  # backward call -> n
+        self._paired: set[cst.CSTNode] = set()  # step calls whose argument moved
+        self._then: dict[cst.CSTNode, str] = {}  # statement -> a statement added after it
+        self._removed: set[cst.CSTNode] = set()
 
     # -- lookups ------------------------------------------------------------------------
 
@@ -83,7 +88,7 @@ class PortTransformer(cst.CSTTransformer):
             if q.source is QualifiedNameSource.IMPORT:
                 fw = framework_of(q.name, self.tables)
                 if fw is not None:
-                    return Resolved(fw, q.name)
+                    return Resolved(fw, fw.canonical(q.name))
         return None
 
     def _line(self, node: cst.CSTNode) -> int:
@@ -184,10 +189,74 @@ class PortTransformer(cst.CSTTransformer):
             self._moves.setdefault(block, []).append((sched_stmt, stmt))
 
     def visit_Module(self, node: cst.Module) -> None:
+        self._find_receivers(node)
         self._pair_schedulers(node, node.body)
+        self._pair_steps(node.body)
 
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
         self._pair_schedulers(node, node.body)
+        self._pair_steps(node.body)
+
+    # -- receivers and paired statements ---------------------------------------------------
+
+    def _find_receivers(self, module: cst.Module) -> None:
+        """Every ``name = <framework call>`` (``self.x = ...`` too): what made the name."""
+        outer = self
+
+        class Finder(cst.CSTVisitor):
+            def visit_Assign(self, node: cst.Assign) -> None:
+                if len(node.targets) != 1 or not isinstance(node.value, cst.Call):
+                    return
+                found = outer._resolve(node.value.func)
+                if found is not None:
+                    outer._made_by[code(node.targets[0].target).strip()] = found.name
+
+        module.visit(Finder())
+
+    def _method_call(self, stmt: cst.CSTNode) -> tuple[cst.Call, Entry] | None:
+        """``<receiver>.<method>(...)`` alone on its line, with its table entry."""
+        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+            return None
+        small = stmt.body[0]
+        if not (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)):
+            return None
+        func = small.value.func
+        if not isinstance(func, cst.Attribute):
+            return None
+        entry = self._method(func.attr.value)
+        return (small.value, entry) if entry is not None else None
+
+    def _backward_before(self, body: Sequence[cst.CSTNode], at: int) -> cst.Call | None:
+        """The last ``loss.backward()`` (an entry with ``needs_pair``) before ``body[at]``,
+        in the block or at the top of a ``with`` block in it; None past another step."""
+        for stmt in reversed(body[:at]):
+            inner = list(stmt.body.body) if isinstance(stmt, cst.With) else [stmt]
+            if isinstance(stmt, cst.With) and not isinstance(stmt.body, cst.IndentedBlock):
+                inner = []
+            for candidate in reversed(inner):
+                found = self._method_call(candidate)
+                if found is None:
+                    continue
+                if found[1].needs_pair:
+                    return found[0]
+                if any(a.moves for a in found[1].args):
+                    return None
+        return None
+
+    def _pair_steps(self, body: Sequence[cst.CSTNode]) -> None:
+        """``trainer.step(n)`` after ``loss.backward()``: n moves onto the backward."""
+        for i, stmt in enumerate(body):
+            found = self._method_call(stmt)
+            if found is None or not any(a.moves for a in found[1].args):
+                continue
+            call, entry = found
+            spec = next(a for a in entry.args if a.moves)
+            value = _argument(call, entry, spec.name)
+            backward = self._backward_before(body, i)
+            if value is None or backward is None or backward in self._divisor:
+                continue
+            self._divisor[backward] = value.value
+            self._paired.add(call)
 
     def _moved(self, original: cst.CSTNode, body: Sequence[cst.BaseStatement]) -> list:
         out = list(body)
@@ -248,6 +317,8 @@ class PortTransformer(cst.CSTTransformer):
             return updated
         if entry.kind == "context":
             return self._context(original, updated, api)
+        if entry.kind == "remove":
+            return self._remove(original, updated, entry, api)
         if entry.kind == "reference":
             self._done(original, api)
             return updated.with_changes(func=self._target_expr(original.func, entry.target))
@@ -270,32 +341,83 @@ class PortTransformer(cst.CSTTransformer):
             func=self._target_expr(original.func, converted.target), args=new_args
         )
         self._done(original, api)
-        return self._wrapped(found.framework, call, converted.wraps)
+        return self._wrapped(found.framework, call, converted.wraps, converted.before)
 
     def _wrapped(
-        self, fw: Framework, call: cst.BaseExpression, wraps: Sequence[str]
+        self,
+        fw: Framework,
+        call: cst.BaseExpression,
+        wraps: Sequence[str],
+        before: Sequence[str] = (),
     ) -> cst.BaseExpression:
-        if not wraps:
+        if not wraps and not before:
             return call
+        first = [cst.Arg(self._table_code(fw, w)) for w in before]
         layers = [cst.Arg(self._table_code(fw, w)) for w in wraps]
-        return cst.Call(func=self._table_code(fw, fw.sequential), args=[cst.Arg(call), *layers])
+        args = [*first, cst.Arg(call), *layers]
+        return cst.Call(func=self._table_code(fw, fw.sequential), args=args)
+
+    def _remove(
+        self, original: cst.Call, updated: cst.Call, entry: Entry, api: str
+    ) -> cst.BaseExpression:
+        """The statement that is only this call goes (its arguments must all drop)."""
+        expr = self.get_metadata(ParentNodeProvider, original)
+        stmt = self.get_metadata(ParentNodeProvider, expr) if isinstance(expr, cst.Expr) else None
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+            self._left(original, api, "removed only as a statement of its own")
+            return updated
+        try:
+            convert_arguments(entry, updated.args, api)
+        except NotConverted as exc:
+            self._left(original, api, str(exc))
+            return updated
+        self._removed.add(stmt)
+        self._done(original, api)
+        return updated
 
     def _convert_method(
         self, original: cst.Call, updated: cst.Call, entry: Entry
     ) -> cst.BaseExpression:
         api = entry.source
+        assert isinstance(original.func, cst.Attribute) and isinstance(updated.func, cst.Attribute)
+        if entry.receivers:
+            made_by = self._made_by.get(code(original.func.value).strip())
+            if made_by not in entry.receivers:
+                if entry.unknown_receiver:
+                    self._left(original, api, entry.unknown_receiver)
+                return updated
         if entry.unsupported:
             self._left(original, api, entry.unsupported)
+            return updated
+        if entry.kind == "context":
+            return self._context(original, updated, api)
+        if entry.kind == "remove":
+            return self._remove(original, updated, entry, api)
+        if entry.needs_pair and original not in self._divisor:
+            self._left(original, api, entry.needs_pair)
             return updated
         try:
             converted = convert_arguments(entry, updated.args, api)
         except NotConverted as exc:
             self._left(original, api, str(exc))
             return updated
-        assert isinstance(updated.func, cst.Attribute)
+        if converted.moved and original not in self._paired:
+            why = next(a.why for a in entry.args if a.moves)
+            self._left(original, api, why)
+            return updated
+        receiver = updated.func.value
+        divisor = self._divisor.get(original)
+        if divisor is not None and not _is_one(divisor):
+            receiver = cst.parse_expression(f"({code(receiver)} / {code(divisor)})")
         chain = cst.parse_expression(_RECEIVER + converted.target)
-        func = chain.visit(_Receiver(updated.func.value))
+        func = chain.visit(_Receiver(receiver))
         self._done(original, api)
+        written = "".join(code(a) for a in converted.args)
+        self.needs_root.update(
+            fw.target_root for fw in self.imported if f"{fw.target_root}." in written
+        )
+        if entry.then:
+            self._then[self._statement(original)] = code(updated.func.value) + entry.then + "()"
         assert isinstance(func, cst.BaseExpression)
         return updated.with_changes(func=func, args=converted.args)
 
@@ -373,6 +495,14 @@ class PortTransformer(cst.CSTTransformer):
         self, original_node: cst.CSTNode, updated_node: cst.CSTNode
     ) -> cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]:
         result = super().on_leave(original_node, updated_node)
+        if original_node in self._removed:
+            return cst.RemoveFromParent()
+        then = self._then.pop(original_node, None)
+        if then is not None and isinstance(result, cst.SimpleStatementLine):
+            added = cst.parse_statement(then)
+            result = cst.FlattenSentinel([result, added])
+            self._made[original_node] = list(result.nodes)
+            return result
         markers = self._markers.pop(original_node, None)
         if markers and isinstance(result, Statement):
             known = {line.comment.value for line in result.leading_lines if line.comment}
@@ -382,6 +512,10 @@ class PortTransformer(cst.CSTTransformer):
             made = result.nodes if isinstance(result, cst.FlattenSentinel) else [result]
             self._made[original_node] = [n for n in made if isinstance(n, cst.CSTNode)]
         return result
+
+
+def _is_one(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Integer) and node.value == "1"
 
 
 def _dotted(node: cst.CSTNode) -> bool:

@@ -1,0 +1,341 @@
+"""Every entry of the Gluon port-code table (gluon.toml), proven by running it: the
+entry's example runs on MXNet, the tool converts it, the result runs on PyTorch on the same
+inputs (layers: the Gluon layer initialised, cast to float64 and run once for its deferred
+shapes, its weights moved into the PyTorch layer by polytrain's porting rules), and
+outputs, input and parameter gradients, layer states and optimizer steps must agree
+(float64: 1e-10, or the entry's documented tolerance). MXNet is imported once; inputs
+are tiny, so the whole suite takes seconds."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from polytrain.porting.code import convert_source
+from polytrain.porting.code.table import Entry, all_entries
+from polytrain.porting.code.transformer import MARKER
+
+mx = pytest.importorskip("mxnet")
+torch = pytest.importorskip("torch")
+from mxnet import autograd, nd  # noqa: E402
+from mxnet.gluon import nn  # noqa: E402
+
+HEADER = (
+    "import mxnet as mx\n"
+    "from mxnet import autograd, gluon, init, nd\n"
+    "from mxnet.gluon import nn\n"
+    "from mxnet.gluon import loss as gloss\n"
+)
+TRAIN_LOOP = """
+for _ in range(3):
+    with autograd.record():
+        loss = net(x) ** 2
+    loss.backward()
+    trainer.step(4)
+"""
+ENTRIES = all_entries("mxnet")
+CONVERTED = [e for e in ENTRIES if not e.unsupported]
+MARKED = [e for e in ENTRIES if e.unsupported]
+CHECKS = ("value", "forward", "layer", "nograd", "optimizer", "shape", "loaded")
+FP64 = 1e-10
+
+
+def _seed(entry: Entry) -> int:
+    return zlib.crc32(entry.source.encode())
+
+
+def _arrays(entry: Entry) -> dict[str, np.ndarray]:
+    """``f 2,3`` float64 normal, ``p`` positive, ``i5 2`` int64 in [0, 5), ``n`` numpy."""
+    rng = np.random.default_rng(_seed(entry))
+    out: dict[str, np.ndarray] = {}
+    for name, spec in entry.inputs.items():
+        kind, _, dims = spec.partition(" ")
+        shape = tuple(int(d) for d in dims.split(",") if d)
+        if kind.startswith("i"):
+            out[name] = rng.integers(0, int(kind[1:]), size=shape).astype(np.int64)
+        elif kind == "p":
+            out[name] = rng.uniform(0.5, 2.0, size=shape)
+        else:
+            out[name] = rng.standard_normal(shape)
+    return out
+
+
+def _inputs(entry: Entry, arrays: dict[str, np.ndarray], side: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in arrays.items():
+        if entry.inputs[name].startswith("n"):
+            out[name] = value.copy()
+            continue
+        floating = value.dtype.kind == "f"
+        if side == "mxnet":
+            out[name] = nd.array(value, dtype=value.dtype)
+            if floating:
+                out[name].attach_grad()
+        else:
+            out[name] = torch.tensor(value, requires_grad=floating)
+    return out
+
+
+def _numpy(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return [_numpy(v) for v in value]
+    if isinstance(value, nd.NDArray):
+        return value.asnumpy()
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    return np.asarray(value) if isinstance(value, float | int | bool | np.ndarray) else value
+
+
+def _close(a: Any, b: Any, tol: float, what: str) -> None:
+    if isinstance(a, list | dict):
+        assert type(b) is type(a) and len(a) == len(b), f"{what}: {a!r} vs {b!r}"
+        keys = a.keys() if isinstance(a, dict) else range(len(a))
+        for k in keys:
+            _close(a[k], b[k], tol, f"{what}[{k}]")
+        return
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.shape == b.shape, f"{what}: shapes {a.shape} vs {b.shape}"
+    if a.dtype.kind in "USO" or b.dtype.kind in "USO":
+        assert a.tolist() == b.tolist(), f"{what}: {a!r} vs {b!r}"
+        return
+    scale = max(1.0, float(np.max(np.abs(a)))) if a.size else 1.0
+    diff = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if a.size else 0.0
+    assert diff <= tol * scale, f"{what}: max |diff| {diff:.3g} > {tol:g} (scale {scale:.3g})"
+
+
+def _tolerance(entry: Entry) -> float:
+    return entry.tolerance if entry.tolerance is not None else FP64
+
+
+@contextlib.contextmanager
+def _torch_float64() -> Iterator[None]:
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def converted_example(entry: Entry, code: str) -> str:
+    """The tool's PyTorch code of an example; no use may be left marked."""
+    result = convert_source(HEADER + code, entry.source)
+    left = [u for u in result.report.uses if not u.converted]
+    assert not left, f"{entry.source}: left unconverted: {left}\n{result.code}"
+    assert "mxnet" not in result.code and "autograd" not in result.code, result.code
+    return result.code
+
+
+def copy_weights(src: Any, tgt: Any) -> list[Any]:
+    """The Gluon block's weights into the PyTorch module by the porting rules (in layer
+    order; a Flatten before a Linear holds none); the layer pairs."""
+    from polytrain.porting.api import walker_for
+    from polytrain.porting.match import Pair, mismatch, ported_state
+
+    sw, tw = walker_for(src, "model"), walker_for(tgt, "model")
+    src_layers, tgt_layers = sw.layers(src), tw.layers(tgt)
+    assert len(src_layers) == len(tgt_layers), (src_layers, tgt_layers)
+    pairs = []
+    for s, t in zip(src_layers, tgt_layers, strict=True):
+        assert mismatch(s, t, check_kind=False) is None, (s.describe(), t.describe())
+        pairs.append(Pair(s, t))
+    state, _ = ported_state(pairs, tw.state(tgt))
+    tw.load_state(tgt, state)
+    return pairs
+
+
+def _param_grads(model: Any, pairs: list[Any], side: str) -> dict[str, np.ndarray]:
+    if side == "mxnet":
+        params = model._collect_params_with_prefix()
+        grads = {k: p.grad().asnumpy() for k, p in params.items() if p.grad_req != "null"}
+    else:
+        grads = {k: _numpy(p.grad) for k, p in model.named_parameters() if p.grad is not None}
+    out = {}
+    for pair in pairs:
+        layer = pair.source if side == "mxnet" else pair.target
+        for role, t in layer.tensors.items():
+            if t.native in grads:
+                out[f"{pair.target.name}.{role}"] = grads[t.native]
+    return out
+
+
+def _states(model: Any, pairs: list[Any], side: str) -> dict[str, np.ndarray]:
+    from polytrain.porting.api import walker_for
+
+    layers = {layer.name: layer for layer in walker_for(model, "model").layers(model)}
+    out = {}
+    for pair in pairs:
+        layer = layers[(pair.source if side == "mxnet" else pair.target).name]
+        for role, t in layer.tensors.items():
+            out[f"{pair.target.name}.{role}"] = t.canonical
+    return out
+
+
+def _check_states(entry: Entry, a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    """Equal, but for the roles the entry documents as different (which must differ)."""
+    tol = _tolerance(entry)
+    for key in a:
+        if key.rsplit(".", 1)[-1] in entry.differs:
+            assert not np.allclose(a[key], b[key], rtol=0, atol=tol), f"{key} no longer differs"
+        else:
+            _close(a[key], b[key], tol, f"{entry.source} state {key}")
+
+
+def _head(out: Any, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(tuple(out.shape))
+
+
+def _gluon_layer(example: str, x: np.ndarray) -> Any:
+    ns: dict[str, Any] = {}
+    exec(HEADER + example, ns)
+    layer = ns["layer"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "already initialized" when the example did
+        layer.initialize()
+    layer.cast("float64")
+    layer(nd.array(x, dtype=x.dtype))  # deferred shapes
+    return layer
+
+
+def check_layer(entry: Entry, code: str, arrays: dict[str, np.ndarray]) -> None:
+    tol = _tolerance(entry)
+    name = next(iter(arrays))
+    x = arrays[name]
+    src = _gluon_layer(entry.example, x)
+    tgt_ns: dict[str, Any] = {}
+    with _torch_float64():
+        exec(code, tgt_ns)
+        tgt = tgt_ns["layer"].eval()
+        with torch.no_grad():
+            tgt(torch.tensor(x))  # lazy modules take their shapes
+    pairs = copy_weights(src, tgt)
+    out_s = src(nd.array(x, dtype=x.dtype))  # outside autograd.record: predict mode
+    with torch.no_grad():
+        out_t = tgt(torch.tensor(x))
+    _close(_numpy(out_s), _numpy(out_t), tol, f"{entry.source} eval output")
+    xs, xt = _inputs(entry, arrays, "mxnet")[name], _inputs(entry, arrays, "torch")[name]
+    tgt.train()
+    with autograd.record():
+        out_s = src(xs)
+    head = _head(out_s, _seed(entry))
+    out_s.backward(nd.array(head, dtype=head.dtype))
+    out_t = tgt(xt)
+    (out_t * torch.tensor(head)).sum().backward()
+    _close(_numpy(out_s), _numpy(out_t), tol, f"{entry.source} train output")
+    if x.dtype.kind == "f":
+        _close(_numpy(xs.grad), _numpy(xt.grad), tol, f"{entry.source} input grad")
+    grads_s, grads_t = _param_grads(src, pairs, "mxnet"), _param_grads(tgt, pairs, "torch")
+    assert set(grads_s) == set(grads_t), (sorted(grads_s), sorted(grads_t))
+    _close(grads_s, grads_t, tol, f"{entry.source} parameter grads")
+    _check_states(entry, _states(src, pairs, "mxnet"), _states(tgt, pairs, "torch"))
+
+
+def _net_pair() -> tuple[Any, Any, list[Any]]:
+    src = nn.Dense(2, in_units=3, flatten=False)
+    src.initialize()
+    src.cast("float64")
+    with _torch_float64():
+        tgt = torch.nn.Linear(3, 2)
+    return src, tgt, copy_weights(src, tgt)
+
+
+def _saved_pair(tmp: Path) -> tuple[str, str]:
+    """A float32 Gluon Dense's .params and the same converted by ``polytrain convert``."""
+    from polytrain.io.convert import convert
+
+    src = nn.Dense(2, in_units=3, flatten=False)
+    src.initialize(mx.init.Normal(1.0))
+    params, pt = tmp / "src.params", tmp / "tgt.pt"
+    src.save_parameters(str(params))
+    convert(params, pt, "torch", dtype="float32")
+    return str(params), str(pt)
+
+
+def check_program(entry: Entry, code: str, arrays: dict[str, np.ndarray], tmp: Path) -> None:
+    tol = _tolerance(entry)
+    xs, xt = _inputs(entry, arrays, "mxnet"), _inputs(entry, arrays, "torch")
+    src_ns: dict[str, Any] = {**xs}
+    tgt_ns: dict[str, Any] = {**xt}
+    if entry.check == "optimizer":
+        src_ns["net"], tgt_ns["net"], pairs = _net_pair()
+    if entry.check == "loaded":
+        src_ns["path"], tgt_ns["path"] = _saved_pair(tmp)
+    program = HEADER + entry.example + (TRAIN_LOOP if entry.check == "optimizer" else "")
+    if entry.check == "value":
+        with autograd.record():
+            exec(entry.stand_in or program, src_ns)
+    else:
+        exec(entry.stand_in or program, src_ns)
+    exec(code, tgt_ns)
+    if entry.check == "loaded":
+        x = np.random.default_rng(_seed(entry)).standard_normal((2, 3)).astype(np.float32)
+        out_s = src_ns["layer"](nd.array(x))
+        out_t = tgt_ns["layer"](torch.tensor(x))
+        _close(_numpy(out_s), _numpy(out_t), tol, f"{entry.source} loaded layer")
+        return
+    if entry.check == "shape":
+        a, b = _numpy(src_ns["out"]), _numpy(tgt_ns["out"])
+        a, b = (a, b) if isinstance(a, list) else ([a], [b])
+        for u, v in zip(a, b, strict=True):
+            assert u.shape == v.shape and u.dtype == v.dtype, (u.shape, u.dtype, v.shape, v.dtype)
+        return
+    if "out" in src_ns or "out" in tgt_ns:
+        _close(_numpy(src_ns["out"]), _numpy(tgt_ns["out"]), tol, f"{entry.source} out")
+    if entry.check == "nograd":
+        assert not tgt_ns["out"].requires_grad
+    out_s = src_ns.get("out")
+    attached = [k for k, v in xs.items() if isinstance(v, nd.NDArray) and v.dtype == np.float64]
+    if entry.check == "value" and isinstance(out_s, nd.NDArray) and attached:
+        head = _head(out_s, _seed(entry))
+        out_s.backward(nd.array(head, dtype=out_s.dtype))
+        (tgt_ns["out"] * torch.tensor(head)).sum().backward()
+        grads_s = {k: xs[k].grad.asnumpy() for k in attached}
+        grads_t = {k: _numpy(xt[k].grad) if xt[k].grad is not None else 0 * arrays[k]
+                   for k in attached}  # fmt: skip
+        _close(grads_s, grads_t, tol, f"{entry.source} input grad")
+    if entry.check == "optimizer":
+        _close(
+            _states(src_ns["net"], pairs, "mxnet"),
+            _states(tgt_ns["net"], pairs, "torch"),
+            tol,
+            f"{entry.source} weights after 3 steps",
+        )
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:Lazy modules are a new feature:UserWarning")
+@pytest.mark.parametrize("entry", CONVERTED, ids=lambda e: e.source)
+def test_gluon_mapping_computes_the_same_numbers(entry: Entry, tmp_path: Path) -> None:
+    assert entry.example, f"{entry.source} has no example: a mapping without a test"
+    loop = TRAIN_LOOP if entry.check == "optimizer" else ""
+    code = converted_example(entry, entry.example + loop)
+    arrays = _arrays(entry)
+    if entry.check == "layer":
+        check_layer(entry, code, arrays)
+    else:
+        check_program(entry, code, arrays, tmp_path)
+
+
+@pytest.mark.parametrize("entry", MARKED, ids=lambda e: e.source)
+def test_known_but_unsupported_gluon_api_stays_marked(entry: Entry) -> None:
+    result = convert_source(HEADER + entry.example, entry.source)
+    assert MARKER.format(api=entry.source, why=entry.unsupported) in result.code
+    assert [u.api for u in result.report.uses if not u.converted] == [entry.source]
+
+
+def test_every_gluon_entry_has_an_example_and_a_check() -> None:
+    assert len(CONVERTED) >= 80
+    for entry in ENTRIES:
+        assert entry.example, entry.source
+        assert entry.check in CHECKS, entry.source
+        if entry.check == "layer":
+            assert entry.inputs, entry.source
+        if entry.is_method:  # converted whatever the receiver: never a numpy method
+            assert not hasattr(np.ndarray, entry.source[1:]), entry.source
