@@ -44,6 +44,8 @@ class Workload:
     steps: int = 60
     warmup: int = 10
     batch_size: int = 256
+    # the native loops are SGD with momentum: pinned here, not the Recipe's default
+    optimizer: str = "momentum"
     lr: float = 0.05
     momentum: float = 0.9
     seed: int = 0

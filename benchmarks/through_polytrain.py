@@ -40,6 +40,7 @@ def run(backend_name: str, work: Workload, x: np.ndarray, y: np.ndarray) -> Meas
         model=MODEL,
         epochs=1,
         batch_size=work.batch_size,
+        optimizer=work.optimizer,
         lr=work.lr,
         momentum=work.momentum,
         seed=work.seed,

@@ -34,7 +34,7 @@ def tip(number: str, title: str, text: str) -> None:
 
 def run(backend: Backend, data: Datasets, **recipe: Any) -> tuple[float, float]:
     """(samples per second, last epoch's mean loss) of a short recipe."""
-    settings = {"epochs": 1, "batch_size": 64, "lr": 0.02, **recipe}
+    settings = {"epochs": 1, "batch_size": 64, "optimizer": "momentum", "lr": 0.02, **recipe}
     summary = Trainer(Recipe(**settings), backend, progress=False, datasets=data).fit()
     epoch = summary.epochs[-1]
     return epoch.samples_per_second, epoch.train_loss

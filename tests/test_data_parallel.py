@@ -137,7 +137,7 @@ def test_trainer_on_three_devices_matches_one(backend: Backend) -> None:
     )
     results = []
     for devices in ("cpu", "cpu:3"):
-        recipe = Recipe(epochs=1, batch_size=32, devices=devices, lr=0.05)
+        recipe = Recipe(epochs=1, batch_size=32, devices=devices, optimizer="momentum", lr=0.05)
         trainer = Trainer(recipe, backend, datasets=data, progress=False)
         summary = trainer.fit()
         results.append((summary.epochs[0], backend.get_params(trainer.model)))

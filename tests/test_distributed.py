@@ -133,7 +133,8 @@ def test_srun_style_tasks_without_a_launcher(backend: str, tmp_path: Path) -> No
 def test_train_logs_and_checkpoints_on_rank_0_only(backend: str, tmp_path: Path) -> None:
     out, logs = tmp_path / "run", tmp_path / "logs"
     recipe = ["--train-samples", "256", "--test-samples", "100", "--batch-size", "64",
-              "--epochs", "1", "--checkpoint-every", "2"]  # fmt: skip
+              "--epochs", "1", "--checkpoint-every", "2", "--optimizer", "momentum",
+              "--lr", "0.05"]  # fmt: skip
     proc = _run(launch_command(backend, _master(), logs, _train_command(backend, out, *recipe)))
     assert proc.returncode == 0, output_of(proc) + log_text(logs)
     log0 = (logs / "workerlog.0").read_text(errors="replace")

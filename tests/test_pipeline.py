@@ -133,7 +133,7 @@ def small_data() -> Datasets:
 
 
 def test_trainer_runs_split_and_resumes_unsplit(backend: Backend, tmp_path: Path) -> None:
-    base: dict[str, Any] = dict(batch_size=32, lr=0.02)
+    base: dict[str, Any] = dict(batch_size=32, optimizer="momentum", lr=0.02)
     full = Losses()
     ref = Trainer(
         Recipe(**base, epochs=2), backend, plugins=[full], progress=False, datasets=small_data()
