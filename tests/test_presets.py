@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from polytrain.cli.config_file import apply_config
 from polytrain.cli.main import build_parser, explicit_options, recipe_from_args
 from polytrain.errors import ConfigError
 from polytrain.training.presets import PRESETS, preset_recipe
@@ -14,6 +17,8 @@ def _recipe(*argv: str) -> Recipe:
     parser = build_parser()
     args = parser.parse_args(["train", *argv])
     args.explicit = explicit_options(list(argv), args.subparser)
+    if args.config:
+        args.explicit |= apply_config(args, args.subparser, args.config)
     return recipe_from_args(args)
 
 
@@ -40,3 +45,11 @@ def test_written_flags_override_the_preset(monkeypatch: pytest.MonkeyPatch) -> N
 def test_unknown_preset_lists_the_known_ones() -> None:
     with pytest.raises(ConfigError, match="Built-in recipes: lenet-fashion-mnist"):
         _recipe("--recipe", "nope")
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_each_preset_ships_as_a_recipe_file(name: str) -> None:
+    """examples/recipes/NAME.toml is the preset, field by field (regenerate it when a
+    preset changes: polytrain recipe of a run of it, or the loop in examples/README.md)."""
+    path = Path(__file__).resolve().parent.parent / "examples" / "recipes" / f"{name}.toml"
+    assert _recipe("--config", str(path)) == preset_recipe(name)
