@@ -7,6 +7,7 @@ Run ``pytest tests/test_convert.py -s -k logits`` to see the measured logit diff
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import subprocess
@@ -419,3 +420,17 @@ def test_generic_rule_notes_say_what_was_renamed(tmp_path: Path) -> None:
         notes[name] = " ".join(read_weights(source).notes)
     assert "none renamed, no name ends in .gamma or .beta" in notes["exported"]
     assert "2 tensor(s) renamed" in notes["structured"]
+
+
+def test_a_large_input_is_announced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conversion of a large file says what it does before the seconds it takes."""
+    cli = importlib.import_module("polytrain.cli.main")  # the module (the package exports main)
+    ck = save_checkpoint(tmp_path / "ck", params=random_params(SPECS["lenet"]), spec=SPECS["lenet"])
+    assert convert(ck, tmp_path / "small.pdparams", "--to", "paddle") == 0
+    assert "reading" not in capsys.readouterr().err  # small: silent
+    monkeypatch.setattr(cli, "LARGE_INPUT_BYTES", 100_000)  # the checkpoint holds ~500 kB
+    assert convert(ck, tmp_path / "large.pdparams", "--to", "paddle") == 0
+    err = capsys.readouterr().err
+    assert f"polytrain convert: reading {ck} (" in err and "large.pdparams ..." in err

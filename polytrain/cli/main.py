@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from polytrain._version import __version__
@@ -630,6 +631,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         return 0
     if args.output is None:
         args.subparser.error("the output file is required (or --print-map)")
+    _announce_large_input(args.input, args.output)
     if args.optimizer is not None:
         from polytrain.io.optimizer_state import convert_with_optimizer
 
@@ -645,6 +647,23 @@ def cmd_convert(args: argparse.Namespace) -> int:
     )
     print(report.format())
     return 0
+
+
+LARGE_INPUT_BYTES = 64 << 20  # a conversion of this much says what it does before it starts
+
+
+def _announce_large_input(source: str, target: str) -> None:
+    """A line on stderr before converting a large file (or checkpoint folder): reading and
+    writing hundreds of MB takes seconds to minutes, and silence looks like a hang."""
+    path = Path(source)
+    try:
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+        size = sum(p.stat().st_size for p in files)
+    except OSError:
+        return  # the conversion itself reports what is wrong with the path
+    if size >= LARGE_INPUT_BYTES:
+        print(f"polytrain convert: reading {source} ({size / 2**20:,.0f} MB), then writing "
+              f"{target} ...", file=sys.stderr, flush=True)  # fmt: skip
 
 
 def _map_json(found: dict[str, Any], indent: str = "") -> str:
@@ -673,8 +692,6 @@ def _convert_formats() -> dict[str, NativeFormat]:
 
 def _hints(items: Sequence[str] | None, path: str | None) -> dict[str, str | None]:
     """SOURCE=TARGET pairs (SOURCE= leaves a source layer out) and a JSON file of the same."""
-    from pathlib import Path
-
     found: dict[str, str | None] = {}
     if path is not None:
         try:
