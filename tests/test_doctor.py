@@ -63,3 +63,16 @@ def test_doctor_says_what_it_probes_while_it_works(capsys: pytest.CaptureFixture
     err = capsys.readouterr().err
     assert "doctor [1/1] numpy: imports, devices, threads, precisions ..." in err
     assert re.search(r"doctor \[1/1\] numpy: done \(\d+ s\)", err)
+
+
+def test_install_hints_keep_their_brackets(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rich would read ``[paddle]`` in ``polytrain[paddle]`` as a style tag and drop it."""
+    import polytrain.cli.doctor as doctor
+
+    hint = "Install it with: pip install 'polytrain[paddle]'"
+    report = {"backend": "paddle", "importable": False, "error": hint}
+    monkeypatch.setattr(doctor, "run_doctor", lambda *a, **k: [report])
+    assert main(["doctor", "paddle", "--no-collectives"]) == 0
+    assert "pip install 'polytrain[paddle]'" in capsys.readouterr().out

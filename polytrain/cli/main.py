@@ -35,6 +35,13 @@ if TYPE_CHECKING:
 Command = Callable[[argparse.Namespace], int]
 
 
+def escape(text: str) -> str:
+    """``text`` shown as it is by rich (``polytrain[paddle]`` is not a style tag)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
 def _console() -> Any:
     from rich.console import Console
 
@@ -491,17 +498,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if result.lockstep is not None:
         console.print(lockstep_table(result))
     console.print(pairs_table(result))
-    console.print(f"wrote {args.out}/comparison.json and {args.out}/comparison.png")
+    out = escape(str(args.out))  # text, never markup: a path or message may hold [brackets]
+    console.print(f"wrote {out}/comparison.json and {out}/comparison.png")
     if result.failures:
         for failure in result.failures:
-            console.print(f"[red]FAIL[/red] {failure}")
+            console.print(f"[red]FAIL[/red] {escape(failure)}")
         return 1
     acc = (
         f" and within {tol.test_accuracy_points} points of test accuracy"
         if tol.test_accuracy_points is not None
         else ""
     )
-    ref = reference or backends[0]
+    ref = escape(reference or backends[0])
     free = min((p.steps_compared for p in result.pairs), default=0)
     locked = result.lockstep.steps if result.lockstep is not None else 0
     if result.recipe["precision"] == "fp64":
@@ -612,7 +620,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                "2-process allreduce"]  # fmt: skip
     console.print(_table("polytrain doctor", columns, summary_rows(reports)))
     for line in why_not(reports):
-        console.print(f"  why not: {line}", highlight=False)
+        console.print(f"  why not: {line}", highlight=False, markup=False)
     return 0
 
 
