@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from polytrain import hookimpl
 from polytrain.data import load_dataset
 from polytrain.data.registry import FORTUNES, get_dataset
 from polytrain.data.text import TextWindows, windows
@@ -19,6 +18,7 @@ from polytrain.errors import ConfigError, DataError
 from polytrain.io.checkpoint import find_checkpoint, read_manifest
 from polytrain.neutral.models import Embedding, Linear, ModelSpec, get_model_spec, seq
 from polytrain.testing import backends_under_test
+from polytrain.testing.recorders import StepLosses
 from polytrain.training.presets import preset_recipe
 from polytrain.training.trainer import Trainer
 
@@ -30,15 +30,6 @@ needs_corpus = pytest.mark.skipif(
 # the preset on 24 windows, 3 steps of 8: seconds per backend
 TINY = dict(precision="fp64", train_samples=24, test_samples=8, batch_size=8, epochs=1,
             schedule="cosine:warmup=1")  # fmt: skip
-
-
-class Losses:
-    def __init__(self) -> None:
-        self.values: list[float] = []
-
-    @hookimpl
-    def polytrain_step_end(self, run, step):  # type: ignore[no-untyped-def]
-        self.values.append(step.loss)
 
 
 def test_windows_are_next_character_pairs() -> None:
@@ -136,7 +127,7 @@ def test_char_lm_preset_fp64_runs_agree_across_frameworks(tmp_path: Path) -> Non
     runs: dict[str, list[float]] = {}
     perplexities: dict[str, float] = {}
     for name in BACKENDS:
-        losses = Losses()
+        losses = StepLosses()
         out = tmp_path / name if name == BACKENDS[0] else None
         recipe = preset_recipe("char-lm-fortunes", TINY)
         summary = Trainer(recipe, name, out_dir=out, plugins=[losses], progress=False).fit()

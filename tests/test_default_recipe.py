@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from polytrain import hookimpl
 from polytrain.testing import backends_under_test
+from polytrain.testing.recorders import StepLosses
 from polytrain.training.recipe import Recipe
 from polytrain.training.trainer import Trainer
 
@@ -19,18 +19,9 @@ STEPS = 20
 SLICE = dict(train_samples=STEPS * Recipe().batch_size, test_samples=256, epochs=1)
 
 
-class Losses:
-    def __init__(self) -> None:
-        self.values: list[float] = []
-
-    @hookimpl
-    def polytrain_step_end(self, run, step):  # type: ignore[no-untyped-def]
-        self.values.append(step.loss)
-
-
 @pytest.mark.parametrize("backend", backends_under_test())
 def test_default_recipe_loss_never_rises_above_its_start(backend: str) -> None:
-    losses = Losses()
+    losses = StepLosses()
     Trainer(Recipe(**SLICE), backend, plugins=[losses], progress=False).fit()  # type: ignore[arg-type]
     first, rest = losses.values[0], losses.values[1:]
     assert len(rest) == STEPS - 1

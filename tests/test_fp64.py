@@ -8,13 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from polytrain import get_backend, hookimpl
+from polytrain import get_backend
 from polytrain.errors import ConfigError
 from polytrain.io.checkpoint import load_checkpoint
 from polytrain.neutral.models import get_model_spec
 from polytrain.neutral.optim import OptimizerConfig
 from polytrain.parity.compare import BackendRun, Tolerances, compare_runs
 from polytrain.testing import backends_under_test, batch, tiny_resnet
+from polytrain.testing.recorders import StepLosses
 from polytrain.training.recipe import Recipe
 from polytrain.training.step import StepRunner
 from polytrain.training.trainer import Datasets, Trainer, load_datasets
@@ -28,22 +29,13 @@ RECIPE = dict(
 )
 
 
-class Losses:
-    def __init__(self) -> None:
-        self.values: list[float] = []
-
-    @hookimpl
-    def polytrain_step_end(self, run, step):  # type: ignore[no-untyped-def]
-        self.values.append(step.loss)
-
-
 @pytest.fixture(scope="module")
 def data() -> Datasets:
     return load_datasets(Recipe(**RECIPE))  # type: ignore[arg-type]
 
 
-def train(backend: str, data: Datasets, out: Path | None = None, **changes: object) -> Losses:
-    losses = Losses()
+def train(backend: str, data: Datasets, out: Path | None = None, **changes: object) -> StepLosses:
+    losses = StepLosses()
     recipe = Recipe(**{**RECIPE, "precision": "fp64", **changes})  # type: ignore[arg-type]
     Trainer(recipe, backend, out_dir=out, plugins=[losses], progress=False, datasets=data).fit()
     return losses
@@ -67,7 +59,7 @@ def test_checkpoint_keeps_float64_and_resume_is_exact(
     ck = load_checkpoint(tmp_path)
     assert {str(a.dtype) for a in ck.params.values()} == {"float64"}
     assert ck.recipe is not None and ck.recipe["precision"] == "fp64"
-    losses = Losses()
+    losses = StepLosses()
     recipe = Recipe(**{**RECIPE, "precision": "fp64", "epochs": 2})  # type: ignore[arg-type]
     Trainer(recipe, backend, out_dir=tmp_path, resume=tmp_path, plugins=[losses],
             progress=False, datasets=data).fit()  # fmt: skip

@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from polytrain import hookimpl
 from polytrain.backend.base import Backend
 from polytrain.data import ArrayDataset
 from polytrain.errors import BackendError, ConfigError
@@ -17,6 +16,7 @@ from polytrain.neutral.models import ModelSpec, get_model_spec
 from polytrain.neutral.optim import OptimizerConfig
 from polytrain.plugins.registry import get_backend
 from polytrain.testing import backends_under_test, tiny_resnet
+from polytrain.testing.recorders import StepLosses
 from polytrain.training.pipeline import PipelineModel, pipeline_backend, split_spec
 from polytrain.training.recipe import Recipe
 from polytrain.training.step import StepRunner
@@ -113,15 +113,6 @@ def test_copy_to_is_differentiable(backend: Backend) -> None:
     assert all(np.abs(g).max() > 0 for g in grads.values()), "the copy cut the gradient"
 
 
-class Losses:
-    def __init__(self) -> None:
-        self.values: list[float] = []
-
-    @hookimpl
-    def polytrain_step_end(self, run, step):  # type: ignore[no-untyped-def]
-        self.values.append(step.loss)
-
-
 def small_data() -> Datasets:
     rng = np.random.default_rng(2)
     images = rng.integers(0, 256, (96, 28, 28), dtype=np.uint8)
@@ -134,11 +125,11 @@ def small_data() -> Datasets:
 
 def test_trainer_runs_split_and_resumes_unsplit(backend: Backend, tmp_path: Path) -> None:
     base: dict[str, Any] = dict(batch_size=32, optimizer="momentum", lr=0.02)
-    full = Losses()
+    full = StepLosses()
     ref = Trainer(
         Recipe(**base, epochs=2), backend, plugins=[full], progress=False, datasets=small_data()
     ).fit()
-    first = Losses()
+    first = StepLosses()
     Trainer(
         Recipe(**base, epochs=1, devices="cpu:2", pipeline_split=4),
         backend.name,
@@ -147,7 +138,7 @@ def test_trainer_runs_split_and_resumes_unsplit(backend: Backend, tmp_path: Path
         progress=False,
         datasets=small_data(),
     ).fit()
-    second = Losses()
+    second = StepLosses()
     summary = Trainer(
         Recipe(**base, epochs=2),
         backend.name,

@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from polytrain import get_backend, hookimpl
+from polytrain import get_backend
 from polytrain.neutral import reference
 from polytrain.neutral.models import get_model_spec
 from polytrain.testing import backends_under_test
+from polytrain.testing.recorders import StepLosses
 from polytrain.training.presets import preset_recipe
 from polytrain.training.trainer import Datasets, Trainer, load_datasets
 
@@ -17,15 +18,6 @@ BACKENDS = backends_under_test()
 # the preset on 48 images, 4 steps of 12 (the warm-up shortened so the lr moves): seconds
 TINY = dict(precision="fp64", train_samples=48, test_samples=12, batch_size=12, epochs=1,
             warmup_steps=2)  # fmt: skip
-
-
-class Losses:
-    def __init__(self) -> None:
-        self.values: list[float] = []
-
-    @hookimpl
-    def polytrain_step_end(self, run, step):  # type: ignore[no-untyped-def]
-        self.values.append(step.loss)
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +40,7 @@ def test_vit_fp64_runs_agree_within_1e_10_per_step(data: Datasets) -> None:
     """The preset's first steps in float64 on every backend: the same loss to 1e-10."""
     runs = {}
     for backend in BACKENDS:
-        losses = Losses()
+        losses = StepLosses()
         recipe = preset_recipe("vit-fashion-mnist", TINY)
         Trainer(recipe, backend, plugins=[losses], progress=False, datasets=data).fit()
         runs[backend] = losses.values

@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from polytrain import ConfigError, hookimpl
+from polytrain import ConfigError
 from polytrain.io.checkpoint import CheckpointManager, load_checkpoint
 from polytrain.testing import backends_under_test
+from polytrain.testing.recorders import StepLosses
 from polytrain.training.recipe import Recipe
 from polytrain.training.trainer import Datasets, Trainer, load_datasets
 
@@ -25,15 +26,6 @@ from polytrain.training.trainer import Datasets, Trainer, load_datasets
 RECIPE = dict(train_samples=640, test_samples=200, batch_size=64, optimizer="momentum", lr=0.02)
 
 
-class Losses:
-    def __init__(self) -> None:
-        self.values: list[float] = []
-
-    @hookimpl
-    def polytrain_step_end(self, run, step):  # type: ignore[no-untyped-def]
-        self.values.append(step.loss)
-
-
 @pytest.fixture(scope="module")
 def data() -> Datasets:
     return load_datasets(Recipe(**RECIPE))
@@ -41,7 +33,7 @@ def data() -> Datasets:
 
 def run(backend: str, data: Datasets, epochs: int, out: Path | None, resume: Path | None = None,
         devices: str = "cpu") -> tuple[list[float], Trainer]:  # fmt: skip
-    losses = Losses()
+    losses = StepLosses()
     trainer = Trainer(
         Recipe(**RECIPE, epochs=epochs, devices=devices), backend, out_dir=out, resume=resume,
         plugins=[losses], progress=False, datasets=data,
