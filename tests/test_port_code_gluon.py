@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from port_code_helpers import assert_close, entry_arrays, entry_seed, entry_tolerance
 
 from polytrain.porting.code import convert_source
 from polytrain.porting.code.table import Entry, all_entries
@@ -44,27 +44,6 @@ ENTRIES = all_entries("mxnet")
 CONVERTED = [e for e in ENTRIES if not e.unsupported]
 MARKED = [e for e in ENTRIES if e.unsupported]
 CHECKS = ("value", "forward", "layer", "nograd", "optimizer", "shape", "loaded")
-FP64 = 1e-10
-
-
-def _seed(entry: Entry) -> int:
-    return zlib.crc32(entry.source.encode())
-
-
-def _arrays(entry: Entry) -> dict[str, np.ndarray]:
-    """``f 2,3`` float64 normal, ``p`` positive, ``i5 2`` int64 in [0, 5), ``n`` numpy."""
-    rng = np.random.default_rng(_seed(entry))
-    out: dict[str, np.ndarray] = {}
-    for name, spec in entry.inputs.items():
-        kind, _, dims = spec.partition(" ")
-        shape = tuple(int(d) for d in dims.split(",") if d)
-        if kind.startswith("i"):
-            out[name] = rng.integers(0, int(kind[1:]), size=shape).astype(np.int64)
-        elif kind == "p":
-            out[name] = rng.uniform(0.5, 2.0, size=shape)
-        else:
-            out[name] = rng.standard_normal(shape)
-    return out
 
 
 def _inputs(entry: Entry, arrays: dict[str, np.ndarray], side: str) -> dict[str, Any]:
@@ -91,27 +70,6 @@ def _numpy(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().numpy()
     return np.asarray(value) if isinstance(value, float | int | bool | np.ndarray) else value
-
-
-def _close(a: Any, b: Any, tol: float, what: str) -> None:
-    if isinstance(a, list | dict):
-        assert type(b) is type(a) and len(a) == len(b), f"{what}: {a!r} vs {b!r}"
-        keys = a.keys() if isinstance(a, dict) else range(len(a))
-        for k in keys:
-            _close(a[k], b[k], tol, f"{what}[{k}]")
-        return
-    a, b = np.asarray(a), np.asarray(b)
-    assert a.shape == b.shape, f"{what}: shapes {a.shape} vs {b.shape}"
-    if a.dtype.kind in "USO" or b.dtype.kind in "USO":
-        assert a.tolist() == b.tolist(), f"{what}: {a!r} vs {b!r}"
-        return
-    scale = max(1.0, float(np.max(np.abs(a)))) if a.size else 1.0
-    diff = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if a.size else 0.0
-    assert diff <= tol * scale, f"{what}: max |diff| {diff:.3g} > {tol:g} (scale {scale:.3g})"
-
-
-def _tolerance(entry: Entry) -> float:
-    return entry.tolerance if entry.tolerance is not None else FP64
 
 
 @contextlib.contextmanager
@@ -180,12 +138,12 @@ def _states(model: Any, pairs: list[Any], side: str) -> dict[str, np.ndarray]:
 
 def _check_states(entry: Entry, a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
     """Equal, but for the roles the entry documents as different (which must differ)."""
-    tol = _tolerance(entry)
+    tol = entry_tolerance(entry)
     for key in a:
         if key.rsplit(".", 1)[-1] in entry.differs:
             assert not np.allclose(a[key], b[key], rtol=0, atol=tol), f"{key} no longer differs"
         else:
-            _close(a[key], b[key], tol, f"{entry.source} state {key}")
+            assert_close(a[key], b[key], tol, f"{entry.source} state {key}")
 
 
 def _head(out: Any, seed: int) -> np.ndarray:
@@ -205,7 +163,7 @@ def _gluon_layer(example: str, x: np.ndarray) -> Any:
 
 
 def check_layer(entry: Entry, code: str, arrays: dict[str, np.ndarray]) -> None:
-    tol = _tolerance(entry)
+    tol = entry_tolerance(entry)
     name = next(iter(arrays))
     x = arrays[name]
     src = _gluon_layer(entry.example, x)
@@ -219,21 +177,21 @@ def check_layer(entry: Entry, code: str, arrays: dict[str, np.ndarray]) -> None:
     out_s = src(nd.array(x, dtype=x.dtype))  # outside autograd.record: predict mode
     with torch.no_grad():
         out_t = tgt(torch.tensor(x))
-    _close(_numpy(out_s), _numpy(out_t), tol, f"{entry.source} eval output")
+    assert_close(_numpy(out_s), _numpy(out_t), tol, f"{entry.source} eval output")
     xs, xt = _inputs(entry, arrays, "mxnet")[name], _inputs(entry, arrays, "torch")[name]
     tgt.train()
     with autograd.record():
         out_s = src(xs)
-    head = _head(out_s, _seed(entry))
+    head = _head(out_s, entry_seed(entry))
     out_s.backward(nd.array(head, dtype=head.dtype))
     out_t = tgt(xt)
     (out_t * torch.tensor(head)).sum().backward()
-    _close(_numpy(out_s), _numpy(out_t), tol, f"{entry.source} train output")
+    assert_close(_numpy(out_s), _numpy(out_t), tol, f"{entry.source} train output")
     if x.dtype.kind == "f":
-        _close(_numpy(xs.grad), _numpy(xt.grad), tol, f"{entry.source} input grad")
+        assert_close(_numpy(xs.grad), _numpy(xt.grad), tol, f"{entry.source} input grad")
     grads_s, grads_t = _param_grads(src, pairs, "mxnet"), _param_grads(tgt, pairs, "torch")
     assert set(grads_s) == set(grads_t), (sorted(grads_s), sorted(grads_t))
-    _close(grads_s, grads_t, tol, f"{entry.source} parameter grads")
+    assert_close(grads_s, grads_t, tol, f"{entry.source} parameter grads")
     _check_states(entry, _states(src, pairs, "mxnet"), _states(tgt, pairs, "torch"))
 
 
@@ -259,7 +217,7 @@ def _saved_pair(tmp: Path) -> tuple[str, str]:
 
 
 def check_program(entry: Entry, code: str, arrays: dict[str, np.ndarray], tmp: Path) -> None:
-    tol = _tolerance(entry)
+    tol = entry_tolerance(entry)
     xs, xt = _inputs(entry, arrays, "mxnet"), _inputs(entry, arrays, "torch")
     src_ns: dict[str, Any] = {**xs}
     tgt_ns: dict[str, Any] = {**xt}
@@ -275,10 +233,10 @@ def check_program(entry: Entry, code: str, arrays: dict[str, np.ndarray], tmp: P
         exec(entry.stand_in or program, src_ns)
     exec(code, tgt_ns)
     if entry.check == "loaded":
-        x = np.random.default_rng(_seed(entry)).standard_normal((2, 3)).astype(np.float32)
+        x = np.random.default_rng(entry_seed(entry)).standard_normal((2, 3)).astype(np.float32)
         out_s = src_ns["layer"](nd.array(x))
         out_t = tgt_ns["layer"](torch.tensor(x))
-        _close(_numpy(out_s), _numpy(out_t), tol, f"{entry.source} loaded layer")
+        assert_close(_numpy(out_s), _numpy(out_t), tol, f"{entry.source} loaded layer")
         return
     if entry.check == "shape":
         a, b = _numpy(src_ns["out"]), _numpy(tgt_ns["out"])
@@ -287,21 +245,21 @@ def check_program(entry: Entry, code: str, arrays: dict[str, np.ndarray], tmp: P
             assert u.shape == v.shape and u.dtype == v.dtype, (u.shape, u.dtype, v.shape, v.dtype)
         return
     if "out" in src_ns or "out" in tgt_ns:
-        _close(_numpy(src_ns["out"]), _numpy(tgt_ns["out"]), tol, f"{entry.source} out")
+        assert_close(_numpy(src_ns["out"]), _numpy(tgt_ns["out"]), tol, f"{entry.source} out")
     if entry.check == "nograd":
         assert not tgt_ns["out"].requires_grad
     out_s = src_ns.get("out")
     attached = [k for k, v in xs.items() if isinstance(v, nd.NDArray) and v.dtype == np.float64]
     if entry.check == "value" and isinstance(out_s, nd.NDArray) and attached:
-        head = _head(out_s, _seed(entry))
+        head = _head(out_s, entry_seed(entry))
         out_s.backward(nd.array(head, dtype=out_s.dtype))
         (tgt_ns["out"] * torch.tensor(head)).sum().backward()
         grads_s = {k: xs[k].grad.asnumpy() for k in attached}
         grads_t = {k: _numpy(xt[k].grad) if xt[k].grad is not None else 0 * arrays[k]
                    for k in attached}  # fmt: skip
-        _close(grads_s, grads_t, tol, f"{entry.source} input grad")
+        assert_close(grads_s, grads_t, tol, f"{entry.source} input grad")
     if entry.check == "optimizer":
-        _close(
+        assert_close(
             _states(src_ns["net"], pairs, "mxnet"),
             _states(tgt_ns["net"], pairs, "torch"),
             tol,
@@ -316,7 +274,7 @@ def test_gluon_mapping_computes_the_same_numbers(entry: Entry, tmp_path: Path) -
     assert entry.example, f"{entry.source} has no example: a mapping without a test"
     loop = TRAIN_LOOP if entry.check == "optimizer" else ""
     code = converted_example(entry, entry.example + loop)
-    arrays = _arrays(entry)
+    arrays = entry_arrays(entry)
     if entry.check == "layer":
         check_layer(entry, code, arrays)
     else:

@@ -7,13 +7,13 @@ A mapping without an example fails the suite."""
 from __future__ import annotations
 
 import contextlib
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from port_code_helpers import assert_close, entry_arrays, entry_seed, entry_tolerance
 
 from polytrain.porting.code import convert_source
 from polytrain.porting.code.table import Entry, all_entries
@@ -48,30 +48,6 @@ for _ in range(4):
 ENTRIES = all_entries("paddle")  # Gluon's: tests/test_port_code_gluon.py
 CONVERTED = [e for e in ENTRIES if not e.unsupported]
 MARKED = [e for e in ENTRIES if e.unsupported]
-FP64 = 1e-10
-
-
-def _seed(entry: Entry) -> int:
-    return zlib.crc32(entry.source.encode())
-
-
-def _arrays(entry: Entry) -> dict[str, np.ndarray]:
-    """Inputs from their specs: ``f 2,3`` float64 normal, ``p 2,3`` positive, ``i5 2``
-    int64 in [0, 5), ``n 2,3`` a numpy array given as is, ``s 2,3`` float32."""
-    rng = np.random.default_rng(_seed(entry))
-    out = {}
-    for name, spec in entry.inputs.items():
-        kind, _, dims = spec.partition(" ")
-        shape = tuple(int(d) for d in dims.split(",") if d)
-        if kind.startswith("i"):
-            out[name] = rng.integers(0, int(kind[1:]), size=shape).astype(np.int64)
-        elif kind == "p":
-            out[name] = rng.uniform(0.5, 2.0, size=shape)
-        elif kind == "s":
-            out[name] = rng.standard_normal(shape).astype(np.float32)
-        else:
-            out[name] = rng.standard_normal(shape)
-    return out
 
 
 def _tensors(entry: Entry, arrays: dict[str, np.ndarray], side: str) -> dict[str, Any]:
@@ -100,34 +76,6 @@ def _numpy(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().numpy()
     return np.asarray(value) if isinstance(value, float | int | bool | np.ndarray) else value
-
-
-def _close(a: Any, b: Any, tol: float, what: str) -> None:
-    if isinstance(a, list):
-        assert isinstance(b, list) and len(a) == len(b), f"{what}: {a!r} vs {b!r}"
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _close(x, y, tol, f"{what}[{i}]")
-        return
-    if isinstance(a, dict):
-        assert isinstance(b, dict) and set(a) == set(b), what
-        for k in a:
-            _close(a[k], b[k], tol, f"{what}[{k}]")
-        return
-    a, b = np.asarray(a), np.asarray(b)
-    assert a.shape == b.shape, f"{what}: shapes {a.shape} vs {b.shape}"
-    if a.dtype.kind in "USO" or b.dtype.kind in "USO":
-        assert a.tolist() == b.tolist(), f"{what}: {a!r} vs {b!r}"
-        return
-    if a.dtype == bool or a.dtype.kind in "iu":
-        assert np.array_equal(a, b), what
-        return
-    scale = max(1.0, float(np.max(np.abs(a)))) if a.size else 1.0
-    diff = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if a.size else 0.0
-    assert diff <= tol * scale, f"{what}: max |diff| {diff:.3g} > {tol:g} (scale {scale:.3g})"
-
-
-def _tolerance(entry: Entry) -> float:
-    return entry.tolerance if entry.tolerance is not None else FP64
 
 
 @contextlib.contextmanager
@@ -212,7 +160,7 @@ def _input_grads(tensors: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_layer(entry: Entry, code: str, arrays: dict[str, np.ndarray]) -> None:
-    tol = _tolerance(entry)
+    tol = entry_tolerance(entry)
     src_ns: dict[str, Any] = {"paddle": paddle, "nn": paddle.nn, "F": paddle.nn.functional}
     with _float64():
         exec(entry.stand_in or entry.example, src_ns)
@@ -230,12 +178,12 @@ def check_layer(entry: Entry, code: str, arrays: dict[str, np.ndarray]) -> None:
             p.clear_gradient()
         tgt.zero_grad()
         out_s, out_t = src(xs[name]), tgt(xt[name])
-        _close(_numpy(out_s), _numpy(out_t), tol, f"{entry.source} {mode} output")
+        assert_close(_numpy(out_s), _numpy(out_t), tol, f"{entry.source} {mode} output")
         if mode == "train":
-            _backward(out_s, _seed(entry), "paddle")
-            _backward(out_t, _seed(entry), "torch")
-            _close(_input_grads(xs), _input_grads(xt), tol, f"{entry.source} input grad")
-            _close(
+            _backward(out_s, entry_seed(entry), "paddle")
+            _backward(out_t, entry_seed(entry), "torch")
+            assert_close(_input_grads(xs), _input_grads(xt), tol, f"{entry.source} input grad")
+            assert_close(
                 _param_grads(src, pairs, "paddle"),
                 _param_grads(tgt, pairs, "torch"),
                 tol,
@@ -246,12 +194,12 @@ def check_layer(entry: Entry, code: str, arrays: dict[str, np.ndarray]) -> None:
 
 def _check_states(entry: Entry, a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
     """Equal, but for the roles the entry documents as different (which must differ)."""
-    tol = _tolerance(entry)
+    tol = entry_tolerance(entry)
     for key in a:
         if key.rsplit(".", 1)[-1] in entry.differs:
             assert not np.allclose(a[key], b[key], rtol=0, atol=tol), f"{key} no longer differs"
         else:
-            _close(a[key], b[key], tol, f"{entry.source} state {key}")
+            assert_close(a[key], b[key], tol, f"{entry.source} state {key}")
 
 
 def _net_pair() -> tuple[Any, Any, list[Any]]:
@@ -264,7 +212,7 @@ def _net_pair() -> tuple[Any, Any, list[Any]]:
 def check_program(entry: Entry, code: str, arrays: dict[str, np.ndarray], tmp: Path) -> None:
     """value / nograd / net / optimizer / scheduler / shape checks: the example is a small
     program that leaves ``out`` (and, with a net, the net's weights) to compare."""
-    tol = _tolerance(entry)
+    tol = entry_tolerance(entry)
     xs, xt = _tensors(entry, arrays, "paddle"), _tensors(entry, arrays, "torch")
     src_ns: dict[str, Any] = {"paddle": paddle, "nn": paddle.nn, "F": paddle.nn.functional}
     src_ns.update(xs, path=str(tmp / "src.bin"))
@@ -282,23 +230,23 @@ def check_program(entry: Entry, code: str, arrays: dict[str, np.ndarray], tmp: P
         assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, a.dtype, b.shape, b.dtype)
         return
     if "out" in src_ns or "out" in tgt_ns:
-        _close(_numpy(src_ns["out"]), _numpy(tgt_ns["out"]), tol, f"{entry.source} out")
+        assert_close(_numpy(src_ns["out"]), _numpy(tgt_ns["out"]), tol, f"{entry.source} out")
     if entry.check == "nograd":
         assert src_ns["out"].stop_gradient and not tgt_ns["out"].requires_grad
     if entry.check == "value" and isinstance(src_ns.get("out"), paddle.Tensor):
         out_s, out_t = src_ns["out"], tgt_ns["out"]
         if not out_s.stop_gradient and _numpy(out_s).dtype.kind == "f":
-            _backward(out_s, _seed(entry), "paddle")
-            _backward(out_t, _seed(entry), "torch")
-            _close(_input_grads(xs), _input_grads(xt), tol, f"{entry.source} input grad")
+            _backward(out_s, entry_seed(entry), "paddle")
+            _backward(out_t, entry_seed(entry), "torch")
+            assert_close(_input_grads(xs), _input_grads(xt), tol, f"{entry.source} input grad")
     if entry.check in ("net", "optimizer", "scheduler"):
-        _close(
+        assert_close(
             _states(src_ns["net"], pairs, "paddle"),
             _states(tgt_ns["net"], pairs, "torch"),
             tol,
             f"{entry.source} weights",
         )
-        _close(lrs["paddle"], lrs["torch"], tol, f"{entry.source} learning rates")
+        assert_close(lrs["paddle"], lrs["torch"], tol, f"{entry.source} learning rates")
 
 
 def _program(entry: Entry, code: str) -> str:
@@ -315,7 +263,7 @@ def _program(entry: Entry, code: str) -> str:
 def test_mapping_computes_the_same_numbers(entry: Entry, tmp_path: Path) -> None:
     assert entry.example, f"{entry.source} has no example: a mapping without a test"
     code = converted_example(entry, _program(entry, entry.example))
-    arrays = _arrays(entry)
+    arrays = entry_arrays(entry)
     if entry.check == "layer":
         check_layer(entry, code, arrays)
     else:
