@@ -7,12 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from convert_helpers import assert_same, random_params
-from test_convert import load_with_framework
+from test_convert import assert_native_round_trip
 
-from polytrain import get_backend
 from polytrain.errors import ConfigError
-from polytrain.io.convert import builtin_map, read_weights, write_weights
+from polytrain.io.convert import builtin_map
 from polytrain.neutral.models import Flatten, Linear, ModelSpec, MultiHeadSelfAttention, seq
 from polytrain.testing import backends_under_test
 
@@ -30,21 +28,7 @@ def test_attention_weights_round_trip_native_formats(
 ) -> None:
     """What each backend writes reads back canonical, and what polytrain writes in that
     format loads into the backend and into the framework's own loader, strictly."""
-    b, spec = get_backend(backend), attention_spec(bias)
-    params = random_params(spec)
-    model = b.build_model(spec)
-    b.set_params(model, params)
-    assert_same(b.get_params(model), params)
-    saved = tmp_path / f"saved{b.native_suffix}"
-    b.save_native(model, str(saved))
-    assert_same(read_weights(saved, model=spec).params, params)
-    ours = tmp_path / f"ours{b.native_suffix}"
-    write_weights(ours, params, backend, model=spec)
-    fresh = b.build_model(spec)
-    b.load_native(fresh, str(ours))
-    assert_same(b.get_params(fresh), params)
-    load_with_framework(backend, fresh, ours)
-    assert_same(b.get_params(fresh), params)
+    assert_native_round_trip(backend, attention_spec(bias), tmp_path)
 
 
 def test_paddle_native_layout_of_attention() -> None:

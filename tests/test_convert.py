@@ -27,6 +27,7 @@ from polytrain.data import load_dataset
 from polytrain.errors import CheckpointError, ConfigError
 from polytrain.io.checkpoint import save_checkpoint
 from polytrain.io.convert import builtin_map, load_map, read_weights, write_weights
+from polytrain.neutral.models import ModelSpec
 from polytrain.neutral.optim import OptimizerConfig
 from polytrain.testing import backends_under_test, tiny_resnet
 from polytrain.training.step import StepRunner
@@ -171,6 +172,27 @@ def load_with_framework(backend: str, model: Model, path: Path) -> None:
     else:  # numpy's own loader; the file holds the canonical tensors
         with np.load(path, allow_pickle=False) as archive:
             get_backend(backend).set_params(model, {k: archive[k] for k in archive.files})
+
+
+def assert_native_round_trip(backend: str, spec: ModelSpec, tmp_path: Path) -> None:
+    """What ``backend`` writes for ``spec`` reads back canonical, and what polytrain writes in
+    that format loads into the backend and into the framework's own loader, strictly."""
+    b = get_backend(backend)
+    params = random_params(spec)
+    model = b.build_model(spec)
+    b.set_params(model, params)
+    assert_same(b.get_params(model), params)
+    assert b.parameter_names(model) == list(params)
+    saved = tmp_path / f"saved{b.native_suffix}"
+    b.save_native(model, str(saved))
+    assert_same(read_weights(saved, model=spec).params, params)
+    ours = tmp_path / f"ours{b.native_suffix}"
+    write_weights(ours, params, backend, model=spec)
+    fresh = b.build_model(spec)
+    b.load_native(fresh, str(ours))
+    assert_same(b.get_params(fresh), params)
+    load_with_framework(backend, fresh, ours)
+    assert_same(b.get_params(fresh), params)
 
 
 def test_builtin_maps_describe_the_layouts() -> None:
