@@ -272,10 +272,9 @@ def _compare(
             print(f"== {name}: free run ==", file=sys.stderr, flush=True)
         runs.append(run_backend(name, recipe, out / name, threads=threads, quiet=quiet))
     locked = None
-    steps = lockstep_length(runs, lockstep_steps)
+    steps, why = lockstep_length(runs, lockstep_steps)
     if steps and len(backends) > 1:
         if not quiet:
-            why = lockstep_note(runs, lockstep_steps)
             print(f"== lockstep: {steps} steps from {reference}'s state on every backend "
                   f"({why}) ==", file=sys.stderr, flush=True)  # fmt: skip
         train = load_datasets(recipe).train
@@ -287,18 +286,13 @@ def _compare(
     return result
 
 
-def lockstep_length(runs: list[BackendRun], limit: int) -> int:
-    """Lockstep replays at most the steps the free runs took (their longest), and at
-    most ``limit`` (--parity-steps)."""
-    return min(limit, max((len(run.step_losses) for run in runs), default=0))
-
-
-def lockstep_note(runs: list[BackendRun], limit: int) -> str:
-    """Why the lockstep has the length it has, for the progress line."""
+def lockstep_length(runs: list[BackendRun], limit: int) -> tuple[int, str]:
+    """The lockstep's number of steps, and why: at most the steps the free runs took
+    (their longest), and at most ``limit`` (--parity-steps)."""
     took = max((len(run.step_losses) for run in runs), default=0)
     if took < limit:
-        return f"the free runs took {took} steps; --parity-steps {limit}"
-    return f"--parity-steps {limit}; the free runs took {took}"
+        return took, f"the free runs took {took} steps; --parity-steps {limit}"
+    return limit, f"--parity-steps {limit}; the free runs took {took}"
 
 
 class ProgressLine:
