@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import platform
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -19,6 +20,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+
+try:  # Unix only: CPU time of child processes
+    import resource
+except ImportError:  # pragma: no cover - Windows
+    resource = None  # type: ignore[assignment]
 
 from polytrain.neutral.models import (
     AvgPool2d,
@@ -32,6 +38,8 @@ from polytrain.neutral.models import (
     Sequential,
     get_model_spec,
 )
+
+from .stats import cpu_model, usable_cpus
 
 MODEL = "lenet"
 DATASET = "fashion-mnist"
@@ -114,25 +122,36 @@ def lenet() -> ModelSpec:
     return get_model_spec(MODEL)
 
 
+def cpu_seconds() -> tuple[float, float]:
+    """(CPU time of this process, all its threads; CPU time of its finished children, e.g.
+    torch.compile's workers), user + system, in seconds."""
+    children = 0.0
+    if resource is not None:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        children = usage.ru_utime + usage.ru_stime
+    return time.process_time(), children
+
+
 class Clock:
     """Times the steps after the warm-up: ``tick(step, sync)`` after every step, where
     ``sync`` waits for queued work (MXNet is asynchronous); only the two boundary ticks
-    synchronise, so the loop itself runs as it would untimed."""
+    synchronise, so the loop itself runs as it would untimed. Wall time and CPU time (the
+    process's threads and its children) over the same window."""
 
     def __init__(self, work: Workload) -> None:
         self.work = work
         self.start: float | None = None
         self.stop: float | None = None
-        self.cpu_start = self.cpu_stop = 0.0
+        self.cpu_start = self.cpu_stop = (0.0, 0.0)
 
     def tick(self, step: int, sync: Callable[[], None]) -> None:
         """Call after step ``step`` (0-based) finished its Python part."""
         if step == self.work.warmup - 1:
             sync()
-            self.start, self.cpu_start = time.perf_counter(), time.process_time()
+            self.start, self.cpu_start = time.perf_counter(), cpu_seconds()
         elif step == self.work.total_steps - 1:
             sync()
-            self.stop, self.cpu_stop = time.perf_counter(), time.process_time()
+            self.stop, self.cpu_stop = time.perf_counter(), cpu_seconds()
 
     @property
     def seconds(self) -> float:
@@ -141,10 +160,16 @@ class Clock:
         return self.stop - self.start
 
     @property
+    def children_cpu_seconds(self) -> float:
+        """CPU time of child processes that finished (and were waited for) in the window."""
+        return self.cpu_stop[1] - self.cpu_start[1]
+
+    @property
     def cpu_seconds(self) -> float:
-        """CPU time of the whole process (all its threads) over the timed steps: the work
-        done, less sensitive than wall time to other processes on a shared machine."""
-        return self.cpu_stop - self.cpu_start
+        """CPU time of the whole process (all its threads) and its children over the timed
+        steps: the work done, less sensitive than wall time to other processes on a shared
+        machine."""
+        return self.cpu_stop[0] - self.cpu_start[0] + self.children_cpu_seconds
 
     def measurement(self, loop: str, last_loss: float, **extra: Any) -> Measurement:
         return Measurement(
@@ -152,7 +177,11 @@ class Clock:
             self.seconds,
             self.work.steps * self.work.batch_size,
             last_loss,
-            {"cpu_seconds": self.cpu_seconds, **extra},
+            {
+                "cpu_seconds": self.cpu_seconds,
+                "children_cpu_seconds": self.children_cpu_seconds,
+                **extra,
+            },
         )
 
 
@@ -287,17 +316,15 @@ def interleaved(order_seed: int, repeats: int, loops: Sequence[str]) -> list[str
 
 
 def machine() -> dict[str, Any]:
-    """What the machine is (for the report): CPU model, cores, load."""
-    info: dict[str, Any] = {"cpus": os.cpu_count()}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    info["cpu"] = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    with contextlib.suppress(OSError):
+    """What the machine is (for the report): CPU model, cores, load, Python and numpy."""
+    info: dict[str, Any] = {
+        "cpu": cpu_model(),
+        "cpus": os.cpu_count(),
+        "usable_cpus": usable_cpus(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+    }
+    with contextlib.suppress(OSError, AttributeError):
         info["load_average"] = list(os.getloadavg())
     return info
 

@@ -2,14 +2,18 @@
 
 For each backend, one worker process (threads fixed before the framework is imported)
 trains the same LeNet/Fashion-MNIST workload through polytrain's Trainer and through
-that framework's idiomatic loop (``benchmarks/native_<framework>.py``), alternating
-ABBA over the repetitions after one discarded round, and reports samples/s (median and
-spread), the ratio polytrain/native (median of the per-repetition ratios, so a drift of
-the machine hits both loops alike), the achieved GFLOP/s against the machine's measured
-matmul peak, and the last loss of each loop (the same weights and batches give the same
-loss: the two loops did the same work).
+that framework's idiomatic loop (``benchmarks/native_<framework>.py``): one discarded
+round, then ``repeats`` rounds in ABBA order (who goes first alternates). Per loop and
+round it records wall time and CPU time (the process's threads and its children) per
+sample; it reports samples/s (median and spread), the ratio polytrain/native of samples/s
+and of CPU time per sample (medians of the per-round ratios, so a drift of the machine
+hits both loops alike, each with a distribution-free 95 % confidence interval), the
+achieved GFLOP/s against the machine's measured matmul peak, the CPU model, the load
+average during the rounds, and the last loss of each loop (the same weights and batches
+give the same loss: the two loops did the same work).
 
-Timings on a shared machine are noisy: read the spread, and take figures on a quiet one.
+Timings on a shared machine are noisy: read the intervals and the load, and take figures
+on a quiet one.
 """
 
 from __future__ import annotations
@@ -20,8 +24,11 @@ import os
 import subprocess
 import sys
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from .stats import load_average, median_ci
 
 BACKENDS = ("torch", "paddle", "mxnet")
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="few steps: a sanity run")
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument(
-        "--repeats", type=int, default=None, help="timed rounds (default 7, quick 5)"
+        "--repeats", type=int, default=None, help="timed rounds (default 12, quick 6)"
     )
     parser.add_argument(
         "--steps", type=int, default=None, help="timed steps (default 100, quick 12)"
@@ -57,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return worker(args.worker, json.loads(args.work), args.repeats)
 
-    from .common import Workload
+    from .common import Workload, machine
 
     quick = args.quick
     work = Workload(
@@ -67,14 +74,21 @@ def main(argv: list[str] | None = None) -> int:
         threads=args.threads,
         fast=args.fast,
     )
-    repeats = args.repeats or (5 if quick else 7)
+    repeats = args.repeats or (6 if quick else 12)
+    run_info = {
+        "date": datetime.now().astimezone().isoformat(timespec="seconds"),
+        "machine": machine(),
+        "load_start": load_average(),
+    }
     results = []
     for name in [b.strip() for b in args.backends.split(",") if b.strip()]:
         print(f"-- {name}: {repeats} rounds of {work.steps} steps ...", file=sys.stderr, flush=True)
         results.append(run_worker(name, work, repeats))
-    report(results, work, repeats)
+    run_info["load_end"] = load_average()
+    report(results, work, repeats, run_info)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        everything = {**run_info, "repeats": repeats, "results": results}
+        Path(args.json).write_text(json.dumps(everything, indent=2) + "\n", encoding="utf-8")
     return 0 if all("error" not in r for r in results) else 1
 
 
@@ -120,6 +134,7 @@ def worker(name: str, work_dict: dict[str, Any], repeats: int) -> int:
 
     from . import through_polytrain
     from .common import (
+        Measurement,
         Summary,
         interleaved,
         lenet,
@@ -140,16 +155,23 @@ def worker(name: str, work_dict: dict[str, Any], repeats: int) -> int:
     }
     for run_once in loops.values():  # one discarded round: caches, allocator, kernels
         run_once()
-    measured: dict[str, list[Any]] = {k: [] for k in loops}
-    for key in interleaved(0, repeats, list(loops)):
-        measured[key].append(loops[key]())
+    measured: dict[str, list[Measurement]] = {k: [] for k in loops}
+    order = interleaved(0, repeats, list(loops))  # ABBA: who goes first alternates
+    rounds = []
+    for r in range(repeats):
+        pair = order[len(loops) * r : len(loops) * (r + 1)]
+        load_start = load_average()
+        for key in pair:
+            measured[key].append(loops[key]())
+        rounds.append({"order": pair, "load_start": load_start, "load_end": load_average()})
     pairs = list(zip(measured["polytrain"], measured["native"], strict=True))
     ratios = [p.samples_per_second / n.samples_per_second for p, n in pairs]
-    # CPU time of the process per sample, native / polytrain: the work each loop does,
-    # much less disturbed than wall time by other processes on a shared machine
+    # CPU time per sample (process + children), native / polytrain: the work each loop
+    # does, much less disturbed than wall time by other processes on a shared machine
     cpu_ratios = [n.extra["cpu_seconds"] / p.extra["cpu_seconds"] for p, n in pairs]
     flops = train_flops_per_sample(lenet())
     peak = matmul_peak_gflops(cpu_count())  # every core: the machine's peak
+    loads = [v for r in rounds for v in (r["load_start"], r["load_end"]) if v is not None]
     out = {
         "backend": name,
         "framework_version": backend.version(),
@@ -159,15 +181,14 @@ def worker(name: str, work_dict: dict[str, Any], repeats: int) -> int:
         "machine": machine(),
         "train_flops_per_sample": flops,
         "matmul_peak_gflops": peak,
-        "ratio": {"median": Summary(ratios).median, "min": min(ratios), "max": max(ratios)},
-        "cpu_ratio": {
-            "median": Summary(cpu_ratios).median,
-            "min": min(cpu_ratios),
-            "max": max(cpu_ratios),
-        },
+        "rounds": rounds,
+        "load_max": max(loads, default=None),
+        "ratio": _ratio_summary(ratios),
+        "cpu_ratio": _ratio_summary(cpu_ratios),
     }
     for key, ms in measured.items():
         s = Summary([m.samples_per_second for m in ms])
+        cpu_us = [1e6 * m.extra["cpu_seconds"] / m.samples for m in ms]
         out[key] = {
             "samples_per_second": s.values,
             "median": s.median,
@@ -175,35 +196,61 @@ def worker(name: str, work_dict: dict[str, Any], repeats: int) -> int:
             "iqr": s.iqr,
             "gflops": s.median * flops / 1e9,
             "last_loss": ms[-1].last_loss,
+            "wall_us_per_sample": [1e6 * m.seconds / m.samples for m in ms],
+            "cpu_us_per_sample": cpu_us,
+            "cpu_us_per_sample_median": Summary(cpu_us).median,
+            "children_cpu_seconds": [m.extra["children_cpu_seconds"] for m in ms],
         }
     print(json.dumps(out), flush=True)
     return 0
 
 
+def _ratio_summary(ratios: list[float]) -> dict[str, Any]:
+    """Per-round ratios, their median with its distribution-free 95 % interval, min, max."""
+    return {
+        "rounds": ratios,
+        **median_ci(ratios).to_dict(),
+        "min": min(ratios),
+        "max": max(ratios),
+    }
+
+
 # -- the report ------------------------------------------------------------------------------
 
 
-def report(results: list[dict[str, Any]], work: Any, repeats: int) -> None:
+def report(
+    results: list[dict[str, Any]], work: Any, repeats: int, run_info: dict[str, Any]
+) -> None:
     ok = [r for r in results if "error" not in r]
-    print(
-        f"LeNet / Fashion-MNIST, batch {work.batch_size}, {work.steps} timed steps after "
-        f"{work.warmup} warm-up, {repeats} interleaved rounds (ABBA); samples/s: median "
-        "(± half the range); ratio: polytrain/native, median of the rounds [min, max]; "
-        "cpu ratio: the same from CPU time per sample"
-    )
+    m = run_info["machine"]
+    versions = ", ".join(f"{r['backend']} {r['framework_version']}" for r in ok)
+    print(f"polytrain vs native loops, {run_info['date']}; {versions}")
     # the machine's peak: the best matmul probe of any worker, each with every core
     peak = max((max(r["matmul_peak_gflops"].values()) for r in ok), default=float("nan"))
+    print(
+        f"machine: {m['cpu']}, {m['cpus']} CPUs ({m['usable_cpus']} usable); "
+        f"Python {m['python']}, numpy {m['numpy']}; fp32 matmul peak {peak:.0f} GFLOP/s "
+        "(all cores)"
+    )
+    loads = [r["load_max"] for r in ok if r.get("load_max") is not None]
+    print(
+        f"load (1-min average, the benchmark's own busy threads included): "
+        f"{_load(run_info['load_start'])} at start, {_load(run_info['load_end'])} at end, "
+        f"max {_load(max(loads, default=None))} at the rounds' starts and ends"
+    )
+    print(
+        f"LeNet / Fashion-MNIST, batch {work.batch_size}, {work.steps} timed steps after "
+        f"{work.warmup} warm-up, one discarded round, then {repeats} rounds in ABBA order; "
+        "samples/s: median (± half the range); ratio: polytrain/native samples/s per round; "
+        "cpu ratio: native/polytrain CPU time per sample (process + children) per round; "
+        "both: median [95% CI]"
+    )
     if ok:
-        m = ok[0]["machine"]
-        print(
-            f"machine: {m.get('cpu', '?')}, {m.get('cpus')} CPUs, load {m.get('load_average')}; "
-            f"fp32 matmul peak {peak:.0f} GFLOP/s (all cores); "
-            f"{ok[0]['train_flops_per_sample'] / 1e6:.2f} MFLOP per training sample"
-        )
+        print(f"{ok[0]['train_flops_per_sample'] / 1e6:.2f} MFLOP per training sample")
     header = (
         f"{'backend':8} {'fast':5} {'threads':8} {'polytrain':>15} {'native':>15} "
-        f"{'ratio':>6} {'[min, max]':>13} {'cpu ratio':>9} {'GFLOP/s':>8} {'% peak':>6} "
-        f"{'last loss p/n':>17}"
+        f"{'ratio [95% CI]':>21} {'CPU us/sample p/n':>17} {'cpu ratio [95% CI]':>21} "
+        f"{'GFLOP/s':>8} {'% peak':>6} {'load max':>8} {'last loss p/n':>17}"
     )
     print(header)
     print("-" * len(header))
@@ -211,19 +258,35 @@ def report(results: list[dict[str, Any]], work: Any, repeats: int) -> None:
         if "error" in r:
             print(f"{r['backend']:8} ERROR {r['error']}")
             continue
-        p, n, q = r["polytrain"], r["native"], r["ratio"]
+        p, n = r["polytrain"], r["native"]
         threads = ",".join(str(v) for v in r["threads"].values())
-        span = f"[{q['min']:.2f}, {q['max']:.2f}]"
+        cpu = f"{p['cpu_us_per_sample_median']:.0f}/{n['cpu_us_per_sample_median']:.0f}"
         print(
             f"{r['backend']:8} {('yes' if r['fast'] else 'no'):5} {threads:8} "
-            f"{_cell(p):>15} {_cell(n):>15} {q['median']:6.3f} {span:>13} "
-            f"{r['cpu_ratio']['median']:9.3f} {p['gflops']:8.1f} {100 * p['gflops'] / peak:5.1f}% "
-            f"{p['last_loss']:8.5f}/{n['last_loss']:.5f}"
+            f"{_cell(p):>15} {_cell(n):>15} {_ci(r['ratio']):>21} {cpu:>17} "
+            f"{_ci(r['cpu_ratio']):>21} {p['gflops']:8.1f} {100 * p['gflops'] / peak:5.1f}% "
+            f"{_load(r.get('load_max')):>8} {p['last_loss']:8.5f}/{n['last_loss']:.5f}"
+        )
+    if ok:
+        q = ok[0]["ratio"]
+        lo, hi = q["ranks"]
+        print(
+            f"95% CI: order statistics {lo}..{hi} of the {len(q['rounds'])} per-round ratios "
+            f"(distribution-free), exact coverage {100 * q['coverage']:.1f}%"
+            + (" (too few rounds for 95%)" if q["coverage"] < q["confidence"] else "")
         )
 
 
 def _cell(s: dict[str, Any]) -> str:
     return f"{s['median']:,.0f} ±{50 * s['spread']:.0f}%"
+
+
+def _ci(q: dict[str, Any]) -> str:
+    return f"{q['median']:.3f} [{q['lo']:.2f}, {q['hi']:.2f}]"
+
+
+def _load(value: float | None) -> str:
+    return "?" if value is None else f"{value:.2f}"
 
 
 if __name__ == "__main__":
