@@ -9,6 +9,7 @@ stay loadable by plain Gluon code.
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import mxnet as mx
@@ -23,32 +24,111 @@ from ._rnn_names import canonical_name
 from ._seq_layers import build_sequence_layer
 
 
-class _Sequential(nn.HybridBlock):
+class _StatsTrace(threading.local):
+    """The root block whose graph is being traced, and the BatchNorm layers met so far."""
+
+    root: nn.HybridBlock | None = None
+    layers: list[tuple[_BatchNorm, Any, Any, Any]] | None = None
+    input: tuple[str, tuple[int, ...]] | None = None  # root's (data name, shape)
+    shape: tuple[int, ...] = ()  # the root's input shape in the call that traces
+
+
+_TRACE = _StatsTrace()
+
+
+class _StatsRoot(nn.HybridBlock):
+    """A container that, hybridized, returns its BatchNorm layers' new running statistics
+    as extra outputs of its cached graph and writes them into their parameters after each
+    training call (a cached graph cannot assign to a parameter); the same operators as
+    the imperative update, so the same numbers. Subclasses define ``_body``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._stat_params: list[tuple[Any, Any]] = []  # (running_mean, running_var) per layer
+        self._stat_inputs: tuple[str, Any] | None = None  # (data name, their inputs' Group)
+        self._min_count: dict[tuple[int, ...], int] = {}  # input shape -> smallest n
+
+    def _body(self, F: Any, x: Any) -> Any:
+        raise NotImplementedError
+
+    def hybrid_forward(self, F: Any, x: Any) -> Any:
+        if _TRACE.root is not self or F is not mx.sym:
+            return self._body(F, x)
+        outer, _TRACE.layers = _TRACE.layers, []
+        _TRACE.input = (x.name, _TRACE.shape)
+        try:
+            out = self._body(F, x)
+            layers = _TRACE.layers
+        finally:
+            _TRACE.layers = outer
+        self._stat_params = [(bn.running_mean, bn.running_var) for bn, *_ in layers]
+        self._stat_inputs = (x.name, mx.sym.Group([i for *_, i in layers])) if layers else None
+        self._min_count = {}
+        if not layers:
+            return out
+        return [out, *(s for _, mean, var, _ in layers for s in (mean, var))]
+
+    def forward(self, x: Any, *args: Any) -> Any:
+        if not self._active or not isinstance(x, mx.nd.NDArray):
+            return super().forward(x, *args)
+        outer = _TRACE.root, _TRACE.shape
+        _TRACE.root, _TRACE.shape = self, x.shape  # read if this call traces the graph
+        try:
+            out = super().forward(x, *args)
+        finally:
+            _TRACE.root, _TRACE.shape = outer
+        if not self._stat_params:
+            return out
+        out, *stats = out
+        if autograd.is_training():
+            self._check_count(x.shape)
+            pairs = zip(self._stat_params, stats[::2], stats[1::2], strict=True)
+            with autograd.pause():
+                for (mean, var), new_mean, new_var in pairs:
+                    new_mean.copyto(mean.data(x.context))
+                    new_var.copyto(var.data(x.context))
+        return out
+
+    def _check_count(self, shape: tuple[int, ...]) -> None:
+        n = self._min_count.get(shape)
+        if n is None and self._stat_inputs is not None:
+            name, inputs = self._stat_inputs
+            shapes = inputs.infer_shape_partial(**{name: shape})[1]
+            n = self._min_count[shape] = min(math.prod(s) // s[1] for s in shapes)
+        if n is not None and n < 2:
+            raise BackendError(
+                "BatchNorm in training needs more than 1 value per channel, "
+                f"got model input {shape}."
+            )
+
+
+class _Sequential(_StatsRoot):
     def __init__(self, layers: list[tuple[str, nn.HybridBlock]]) -> None:
         super().__init__()
         for name, block in layers:
             self.register_child(block, name)
 
-    def hybrid_forward(self, F: Any, x: Any) -> Any:
+    def _body(self, F: Any, x: Any) -> Any:
         for block in self._children.values():
             x = block(x)
         return x
 
 
-class _Residual(nn.HybridBlock):
+class _Residual(_StatsRoot):
     def __init__(self, body: nn.HybridBlock, shortcut: nn.HybridBlock | None) -> None:
         super().__init__()
         self.body = body
         self.shortcut = shortcut
 
-    def hybrid_forward(self, F: Any, x: Any) -> Any:
+    def _body(self, F: Any, x: Any) -> Any:
         s = x if self.shortcut is None else self.shortcut(x)
         return F.relu(self.body(x) + s)
 
 
 class _BatchNorm(nn.HybridBlock):
     """PyTorch's BatchNorm2d: batch statistics in training, running statistics updated
-    in the forward pass with torch's momentum and the unbiased variance."""
+    in the forward pass with torch's momentum and the unbiased variance (imperatively,
+    or, hybridized under a :class:`_StatsRoot`, as graph outputs that the root writes)."""
 
     def __init__(self, channels: int, eps: float, momentum: float) -> None:
         super().__init__()
@@ -66,16 +146,37 @@ class _BatchNorm(nn.HybridBlock):
     def hybrid_forward(
         self, F: Any, x: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any
     ) -> Any:
-        if autograd.is_training():
+        if F is mx.sym:
+            self._trace_running(x, running_mean, running_var)
+        elif autograd.is_training():
             self._update_running(x, running_mean, running_var)
         # momentum=1: MXNet's op updates the running stats itself, in *backward* and with
         # the biased variance; 1 makes that a no-op (eps from the spec, never 1e-3).
         stats = (running_mean, running_var)
         return F.BatchNorm(x, gamma, beta, *stats, eps=self.eps, momentum=1.0, fix_gamma=False)
 
+    def _trace_running(self, x: Any, mean: Any, var: Any) -> None:
+        """The new running statistics as symbols, handed to the root being traced."""
+        if _TRACE.layers is None:
+            if autograd.is_training():
+                raise BackendError(
+                    "polytrain's BatchNorm on MXNet is hybridized only under a polytrain "
+                    "container: hybridize the model with polytrain_mxnet's hybridize()."
+                )
+            return
+        m = self.momentum
+        data = mx.sym.BlockGrad(x)  # the statistics take no gradient
+        batch_mean, batch_var = mx.sym.moments(data, axes=_axes(_traced_ndim(x)))
+        # n = values per channel, as a float64 tensor (the input shape may change per call);
+        # m * n / (n - 1) in float64 then cast, like the imperative Python scalar.
+        channels = mx.sym.slice_axis(mx.sym.shape_array(data), axis=0, begin=1, end=2)
+        n = mx.sym.cast(mx.sym.size_array(data), "float64") / mx.sym.cast(channels, "float64")
+        factor = mx.sym.cast((n * m) / (n - 1), self.running_var.dtype)
+        new_mean = (1 - m) * mean + m * batch_mean
+        new_var = (1 - m) * var + mx.sym.broadcast_mul(batch_var, factor)
+        _TRACE.layers.append((self, new_mean, new_var, x))
+
     def _update_running(self, x: Any, mean: Any, var: Any) -> None:
-        if not isinstance(x, mx.nd.NDArray):  # a symbol has no storage to update
-            raise BackendError("polytrain's BatchNorm on MXNet cannot be hybridized.")
         n = x.size // x.shape[1]
         if n < 2:
             raise BackendError(
@@ -83,10 +184,21 @@ class _BatchNorm(nn.HybridBlock):
             )
         m = self.momentum
         with autograd.pause():
-            axes = (0, *range(2, x.ndim))  # [N, C, H, W]; BatchNorm1d's [N, C] or [N, C, L]
-            batch_mean, batch_var = mx.nd.moments(x, axes=axes)
+            batch_mean, batch_var = mx.nd.moments(x, axes=_axes(x.ndim))
             mean[:] = (1 - m) * mean + m * batch_mean
             var[:] = (1 - m) * var + (m * n / (n - 1)) * batch_var
+
+
+def _axes(ndim: int) -> tuple[int, ...]:
+    """All but the channel axis: [N, C, H, W]; BatchNorm1d's [N, C] or [N, C, L]."""
+    return (0, *range(2, ndim))
+
+
+def _traced_ndim(x: Any) -> int:
+    """The rank of a symbol inside the graph being traced, from the root's input shape."""
+    assert _TRACE.input is not None
+    name, shape = _TRACE.input
+    return len(x.infer_shape_partial(**{name: shape})[1][0])
 
 
 class _AvgPoolCeil(nn.AvgPool2D):
@@ -219,9 +331,12 @@ def build(layer: models.Layer) -> nn.HybridBlock:
 
 
 def hybridize(block: nn.Block) -> None:
-    """Hybridize every subtree without BatchNorm (whose running stats update in place)
-    or Dropout (whose parity masks come from numpy at run time)."""
-    if not any(isinstance(b, _BatchNorm | _Dropout) for b in _blocks(block)):
+    """Hybridize every subtree without Dropout (whose parity masks come from numpy at run
+    time) whose BatchNorm layers, if any, sit under a :class:`_StatsRoot` at its top."""
+    inner = _blocks(block)
+    if not any(isinstance(b, _Dropout) for b in inner) and (
+        isinstance(block, _StatsRoot) or not any(isinstance(b, _BatchNorm) for b in inner)
+    ):
         block.hybridize(static_alloc=True, static_shape=True)
         return
     for child in block._children.values():
