@@ -189,6 +189,11 @@ class NumpyBackend(Backend):
         hits = logits.data.argmax(axis=1) == np.asarray(labels.data).reshape(-1)
         return Tensor(np.asarray(hits.sum(), dtype=np.int64), logits.device)
 
+    def sum_counts(self, counts: Sequence[Tensor]) -> Tensor:
+        # host arrays already: one numpy sum, no graph nodes
+        total = np.sum([np.asarray(c.data) for c in counts], axis=0)
+        return Tensor(np.asarray(total), counts[0].device)
+
     def loss(
         self, outputs: Tensor, targets: Tensor, loss: LossSpec, reduction: str = "sum"
     ) -> Tensor:

@@ -200,6 +200,9 @@ class PaddleBackend(Backend):
     def count_correct(self, logits: Tensor, labels: Tensor) -> Tensor:
         return (logits.argmax(axis=1) == labels.reshape([-1])).sum()
 
+    def sum_counts(self, counts: Sequence[Tensor]) -> Tensor:
+        return counts[0] if len(counts) == 1 else paddle.add_n(list(counts))
+
     def loss(
         self, outputs: Tensor, targets: Tensor, loss: LossSpec, reduction: str = "sum"
     ) -> Tensor:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import operator
 from abc import abstractmethod
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -37,6 +40,14 @@ class AutodiffVerbs(ModelVerbs, CollectiveVerbs):
     @abstractmethod
     def count_correct(self, logits: Tensor, labels: Tensor) -> Tensor:
         """Number of rows whose arg-max equals the label, as a native scalar."""
+
+    def sum_counts(self, counts: Sequence[Tensor]) -> Tensor:
+        """The sum of native scalars on one device, as a native scalar, with no host read:
+        the step runner holds each step's accuracy count on the device and sums them just
+        before it reads them. Exact for whole counts (a low-precision float count is summed
+        in float32 at least). The default adds them one by one; a backend overrides it with
+        one op where dispatch is costly."""
+        return functools.reduce(operator.add, counts)
 
     @abstractmethod
     def backward(self, loss: Tensor) -> None:

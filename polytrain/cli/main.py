@@ -26,6 +26,7 @@ from polytrain.neutral.models import MODELS
 from polytrain.training.health import DEFAULT_MAX_LOSS_GROWTH, DEFAULT_MAX_SKIPPED
 from polytrain.training.presets import PRESETS, preset_recipe
 from polytrain.training.recipe import Recipe
+from polytrain.training.step import DEFAULT_METRICS_EVERY
 from polytrain.utils.fileio import atomic_write_text
 
 if TYPE_CHECKING:
@@ -389,6 +390,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         resume=args.resume,
         checkpoint_every=args.checkpoint_every,
+        metrics_every=args.metrics_every,
         keep_checkpoints=args.keep_checkpoints,
         tensorboard=args.tensorboard,
         inspect=args.inspect,
@@ -842,6 +844,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--checkpoint-every", type=num.positive_int, default=None, help="also save every N steps"
+    )
+    p.add_argument(
+        "--metrics-every",
+        type=num.positive_int,
+        default=DEFAULT_METRICS_EVERY,
+        metavar="N",
+        help="read the training accuracy count from the device every N steps (and at the "
+        "epoch end and every checkpoint; same numbers, fewer host syncs); the loss is read "
+        f"every step. Default {DEFAULT_METRICS_EVERY}; 1 reads it every step",
     )
     p.add_argument(
         "--keep-checkpoints", type=num.positive_int, default=2, help="checkpoints kept in --out"

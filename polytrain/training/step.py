@@ -8,6 +8,11 @@ contract in docs/architecture.md). Under mixed precision
 (:mod:`polytrain.backend.precision`) forward passes run in autocast, and with fp16 the loss
 is scaled and a step with inf/nan gradients is skipped. Gradient clipping (by value, then
 by global norm) acts on the summed, unscaled gradients, just before the update.
+
+The loss is read on the host every step (the non-finite check refuses that very step's
+update). An accuracy count stays on the device, summed by the ``sum_counts`` verb, and is
+read every ``metrics_every`` steps and whenever the caller asks (:meth:`StepRunner.read_metrics`:
+the epoch end, a checkpoint, a stop); metrics computed on the host are returned every step.
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ from polytrain.neutral.sharding import shard_bounds
 from polytrain.training.mixed_precision import MixedPrecision
 
 CLIP_EPS = 1e-6  # PyTorch's clip_grad_norm_: max_norm / (total_norm + 1e-6)
+DEFAULT_METRICS_EVERY = 50  # steps between host reads of the metric (docs/performance.md)
+EXACT_COUNT_SAMPLES = 2**23  # read before a float32 count of held samples could round
+HELD_COUNTS = 64  # counts held per replica before they are summed into one (on the device)
 
 
 @dataclass
@@ -39,7 +47,10 @@ class StepResult:
     """Sums over the global batch of one step (all processes), on the host."""
 
     loss_sum: float
-    correct: float  # the metric summed over the samples (a count for accuracy and top_k)
+    # the metric summed over the samples (a count for accuracy and top_k) as read at this
+    # step: this step's, or with metrics_every > 1 an accuracy count of every step since
+    # the last read (0 in between: the counts wait on the device)
+    correct: float
     samples: int
     skipped: bool = False  # fp16: a gradient was inf/nan, so no update (the scale backed off)
     stop_signal: int = 0  # a stop signal some process received: every process stops here
@@ -61,7 +72,16 @@ class StepRunner:
         clip_grad_norm: float | None = None,
         clip_grad_value: float | None = None,
         dropout_masks: ParityMasks | None = None,
+        metrics_every: int = 1,
     ) -> None:
+        if isinstance(metrics_every, bool) or not isinstance(metrics_every, int):
+            raise ConfigError(f"metrics_every must be an integer >= 1, got {metrics_every!r}.")
+        if metrics_every < 1:
+            raise ConfigError(f"metrics_every must be an integer >= 1, got {metrics_every}.")
+        self.metrics_every = metrics_every
+        self._held: dict[int, list[Any]] = {}  # replica -> its counts, on the device
+        self._held_steps = 0
+        self._held_samples = 0  # of every process
         self.dropout_masks = dropout_masks
         self.steps_taken = 0  # the step of parity dropout masks when train_step gets none
         self.clip_grad_norm = clip_grad_norm
@@ -118,10 +138,11 @@ class StepRunner:
         self.steps_taken = step + 1
         masks = self.dropout_masks.step(step) if self.dropout_masks else contextlib.nullcontext()
         with masks, self._shapes_explained(x):
-            losses, corrects = self._forward_backward(x, y, denominator)
+            losses, corrects, replicas = self._forward_backward(x, y, denominator)
         b.sync_gradients(model)
         loss_sum = sum(float(b.to_numpy(v)) for v in losses)
-        correct = self._metric_total(corrects, self._counts(y))
+        held = self.metrics_every > 1 and not any(isinstance(v, float) for v in corrects)
+        correct = 0 if held else self._metric_total(corrects, self._counts(y))
         total = len(x)
         if b.world_size > 1:  # report the global batch, as one process would
             asks = [float(stop_signal == signal.SIGTERM), float(stop_signal == signal.SIGINT)]
@@ -131,7 +152,12 @@ class StepRunner:
             correct = round(all_correct) if self._counts(y) else all_correct
             total = round(all_total)
             stop_signal = signal.SIGTERM if terms else signal.SIGINT if ints else 0
-        if not np.isfinite(loss_sum) and mp.scaler is None:
+        finite = bool(np.isfinite(loss_sum))
+        if held and finite:  # a step without a finite loss counts nothing (EpochProgress)
+            self._hold(corrects, replicas, total)
+            if self._held_steps >= self.metrics_every or self._held_samples >= EXACT_COUNT_SAMPLES:
+                correct = self.read_metrics()
+        if not finite and mp.scaler is None:
             # no update from a non-finite loss: the weights stay the last good ones, so the
             # trainer can find the first layer that goes non-finite on this very batch
             return StepResult(loss_sum, correct, total, skipped=True, stop_signal=stop_signal)
@@ -141,14 +167,38 @@ class StepRunner:
             self.optimizer.step()
         return StepResult(loss_sum, correct, total, skipped, stop_signal)
 
+    def _hold(self, counts: list[Any], replicas: list[int], samples: int) -> None:
+        """Add a step's per-shard counts to the device sums, one per replica."""
+        for i, count in zip(replicas, counts, strict=True):
+            held = self._held.setdefault(i, [])
+            held.append(count)
+            if len(held) >= HELD_COUNTS:
+                held[:] = [self.backend.sum_counts(held)]
+        self._held_steps += 1
+        self._held_samples += samples
+
+    def read_metrics(self) -> int:
+        """The accuracy count held on the device since the last read, summed over every
+        process (one host read per replica; 0 and no read when nothing is held). Every
+        process must call it at the same step: the sum is a collective."""
+        if not self._held_steps:
+            return 0
+        sums = [self.backend.sum_counts(held) for held in self._held.values()]
+        count = self._metric_total(sums, counts=True)
+        self._held, self._held_steps, self._held_samples = {}, 0, 0
+        if self.backend.world_size > 1:
+            (count,) = self.backend.allreduce_numbers([count])
+        return round(count)
+
     def _forward_backward(
         self, x: np.ndarray, y: np.ndarray, denominator: int
-    ) -> tuple[list[Any], list[Any]]:
+    ) -> tuple[list[Any], list[Any], list[int]]:
         """Forward and backward of every micro-batch on every replica, in that order; the
-        per-shard summed losses and metric sums."""
+        per-shard summed losses, metric sums and replica indices."""
         b, model, mp = self.backend, self.model, self.mixed_precision
         losses: list[Any] = []
         corrects: list[Any] = []
+        replicas: list[int] = []
         for lo, hi in shard_bounds(len(x), self.accumulate, what="micro-batches"):
             xs = b.split_and_load(x[lo:hi], model.devices)
             ys = b.split_and_load(y[lo:hi], model.devices)
@@ -158,10 +208,11 @@ class StepRunner:
                     logits = b.forward(model, xi, replica=i, train=True)
                     shard_losses.append(b.loss(logits, yi, self.loss, "sum"))
                     corrects.append(self._metric(logits, yi))
+                    replicas.append(i)
             for loss in shard_losses:
                 b.backward(b.scale_loss(loss, denominator, mp.loss_scale))
             losses.extend(shard_losses)
-        return losses, corrects
+        return losses, corrects, replicas
 
     def _metric(self, outputs: Any, targets: Any) -> Any:
         """The metric's sum over a shard: accuracy of class rows by the backend's verb (no

@@ -71,7 +71,7 @@ from polytrain.training.health import (
 from polytrain.training.inspection import first_nonfinite, inspect_record, parse_steps
 from polytrain.training.pipeline import pipeline_backend
 from polytrain.training.recipe import Recipe
-from polytrain.training.step import StepResult, StepRunner
+from polytrain.training.step import DEFAULT_METRICS_EVERY, StepResult, StepRunner
 from polytrain.utils.threads import resolve_threads
 
 OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
@@ -141,8 +141,10 @@ class Trainer:
         overwrite: bool = False,
         max_skipped: float = DEFAULT_MAX_SKIPPED,
         max_loss_growth: float = DEFAULT_MAX_LOSS_GROWTH,
+        metrics_every: int = DEFAULT_METRICS_EVERY,
     ) -> None:
         self.recipe = recipe
+        self.metrics_every = metrics_every  # steps between host reads of the accuracy count
         self.health = RunHealth(max_skipped, max_loss_growth)  # checks its limits first
         self.cluster = cluster_info or resolve_cluster(environments=cluster_environments())
         self._run_dir_lock: RunDirLock | None = None
@@ -251,6 +253,7 @@ class Trainer:
                 clip_grad_norm=recipe.clip_grad_norm,
                 clip_grad_value=recipe.clip_grad_value,
                 dropout_masks=recipe.parity_masks(b.rank),
+                metrics_every=self.metrics_every,
             )
             self.loader = BatchLoader(
                 self.data.train,
@@ -463,6 +466,7 @@ class Trainer:
                     break
         b.synchronize()
         p.seconds += time.perf_counter() - t0
+        self._read_metrics()
         test_acc, test_ppl = self._evaluate(self.data.test)
         val_acc, _ = self._evaluate(self.data.val)
         train_loss = p.loss_sum / max(p.seen, 1)
@@ -549,8 +553,13 @@ class Trainer:
 
     # -- checkpoints ------------------------------------------------------------------------
 
+    def _read_metrics(self) -> None:
+        """Add the metric sums still held on the device to the epoch's (every process)."""
+        self.partial.correct += self.runner.read_metrics()
+
     def save_checkpoint(self) -> Path | None:
         """Save the whole training state (rank 0, when there is an output directory)."""
+        self._read_metrics()  # every process: the partial-epoch sums must be whole
         if self.checkpoints is None:
             return None
         b = self.backend
