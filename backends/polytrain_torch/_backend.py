@@ -19,6 +19,7 @@ from polytrain.backend.buckets import bucket_bytes
 from polytrain.backend.collectives import check_reduce_op
 from polytrain.backend.devices import DeviceSeq
 from polytrain.backend.functional import FunctionalOps
+from polytrain.backend.identity import CompileProfile
 from polytrain.backend.mismatch import check_params
 from polytrain.backend.model import build_inputs
 from polytrain.backend.precision import PRECISIONS, PrecisionSupport
@@ -30,7 +31,7 @@ from polytrain.neutral.optim import Optimizer, OptimizerConfig
 from polytrain.neutral.sharding import shard_bounds
 from polytrain.utils.fileio import atomic_path
 
-from . import _devices, _inspect, _losses, _parallel, _precision
+from . import _compile, _devices, _inspect, _losses, _parallel, _precision
 from ._layers import build, unwrap
 from ._model import TorchModel
 from ._optim import TorchOptimizer
@@ -83,6 +84,12 @@ class TorchBackend(Backend):
             for i in range(torch.cuda.device_count()):
                 torch.cuda.synchronize(i)
 
+    def compile_profile(self) -> CompileProfile | None:
+        return _compile.profile()
+
+    def compile_cache_warm(self, fingerprint: str) -> bool:
+        return _compile.is_warm(fingerprint)
+
     # -- devices --------------------------------------------------------------------------
 
     def gpu_count(self) -> int:
@@ -127,6 +134,8 @@ class TorchBackend(Backend):
         self, model: ModelSpec | Any, devices: DeviceSeq | None = None, *, dtype: str = "float32"
     ) -> Model:
         spec, devices = build_inputs(self, model, devices, dtype, nn.Module, "torch.nn.Module")
+        if self.fast:
+            _compile.use_cache_dir()  # before the first compile reads it
         native = unwrap(cast(nn.Module, model)) if spec is None else build(spec.net)
         native.to(getattr(torch, dtype))  # parameters and float buffers, in place
         if any(torch.device(d).type == "cuda" for d in devices):
@@ -141,9 +150,10 @@ class TorchBackend(Backend):
             dtype=dtype,
             names=[n for n, _ in native.named_parameters()],
             training=[None] * len(devices),
-            # --fast: torch.compile (compiles at the first call; off by default, it did
-            # not pay for LeNet on a 2-core CPU: docs/performance.md)
+            # fast: torch.compile (compiles at the first call, into the persistent cache);
+            # chosen by --fast or by the automatic mode (polytrain.training.compile_decision)
             run=[torch.compile(r) for r in replicas] if self.fast else replicas,
+            warm_marker=self.options.compile_fingerprint if self.fast else None,
         )
 
     def _state(self, module: nn.Module) -> dict[str, torch.Tensor]:
@@ -171,9 +181,21 @@ class TorchBackend(Backend):
             own.training[replica] = train
         module = own.run[replica]
         if train:
-            return module(x)
-        with torch.no_grad():
-            return module(x)
+            out = module(x)
+        else:
+            with torch.no_grad():
+                out = module(x)
+        if own.warm_marker is not None:
+            self._note_compiled(own, train)
+        return out
+
+    def _note_compiled(self, own: TorchModel, train: bool) -> None:
+        """Mark the cache warm for this model once both its graphs compiled (the train
+        graph's backward has run by the first evaluation)."""
+        own.compiled_modes.add(train)
+        if len(own.compiled_modes) == 2 and own.warm_marker is not None:
+            _compile.mark_warm(own.warm_marker)
+            own.warm_marker = None
 
     def cross_entropy(
         self,

@@ -17,3 +17,6 @@ class TorchModel(Model):
     names: list[str] = field(default_factory=list)
     training: list[bool | None] = field(default_factory=list)
     run: list[Any] = field(default_factory=list)
+    #: the fingerprint to mark warm once the compiled model ran in both modes (train, eval)
+    warm_marker: str | None = None
+    compiled_modes: set[bool] = field(default_factory=set)

@@ -15,6 +15,21 @@ class BackendOptions:
     fast: bool | None = None
     precision: str = "fp32"
     bucket_mb: float | None = None  # gradient sync buckets: polytrain.backend.buckets
+    #: set with ``fast``: the model's fingerprint (polytrain.training.compile_decision), for
+    #: the backend to mark its persistent compile cache warm once the model compiled
+    compile_fingerprint: str | None = None
+
+
+@dataclass(frozen=True)
+class CompileProfile:
+    """What a backend's compiled mode costs and gives, measured on LeNet on this CPU
+    (docs/performance.md, "Fast execution modes"): the automatic mode's inputs."""
+
+    tool: str  # e.g. "torch.compile"
+    speedup: float  # steady eager step time / compiled step time
+    cold_s: float  # one-off compile seconds with an empty cache (train and eval graphs)
+    warm_s: float  # the same with the persistent cache warm
+    eager_sample_s: float  # eager seconds per sample, for the eager step time
 
 
 class IdentityVerbs(ABC):
@@ -25,6 +40,8 @@ class IdentityVerbs(ABC):
 
     #: Compiled execution (hybridize, torch.compile, to_static) when BackendOptions.fast
     #: is None: each backend's default is what measured faster here (docs/performance.md).
+    #: The Trainer's automatic mode (polytrain.training.compile_decision) keeps a True
+    #: default and otherwise weighs ``compile_profile`` against the planned steps.
     fast_default: ClassVar[bool] = False
 
     def __init__(self, options: BackendOptions | None = None) -> None:
@@ -36,6 +53,15 @@ class IdentityVerbs(ABC):
     def fast(self) -> bool:
         """Whether models are built for compiled execution (``--fast/--no-fast``)."""
         return self.fast_default if self.options.fast is None else bool(self.options.fast)
+
+    def compile_profile(self) -> CompileProfile | None:
+        """The compiled mode's measured costs, or None: no compiled mode worth choosing
+        automatically (``--fast`` still asks for it)."""
+        return None
+
+    def compile_cache_warm(self, fingerprint: str) -> bool:
+        """Whether a model with this fingerprint compiled before into the persistent cache."""
+        return False
 
     @abstractmethod
     def version(self) -> str:

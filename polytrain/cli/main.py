@@ -826,7 +826,8 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="compiled execution (MXNet hybridize, torch.compile, Paddle to_static); default: "
-        "per backend, what measured faster (docs/performance.md)",
+        "automatic, compiled when the planned steps repay the compile (the run header says "
+        "which and why; docs/performance.md)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")

@@ -27,6 +27,7 @@ class RunInfo:
     start_epoch: int = 0
     start_step: int = 0
     fast: bool = False  # compiled execution (hybridize, torch.compile, to_static)
+    fast_reason: str = ""  # why compiled or eager (polytrain.training.compile_decision)
     data: dict[str, Any] = field(default_factory=dict)  # per split: the folder and files read
 
     @property

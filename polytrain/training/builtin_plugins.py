@@ -15,6 +15,12 @@ from polytrain.plugins.hookspecs import hookimpl
 from polytrain.plugins.records import EpochRecord, RunInfo, StepRecord, Summary
 
 
+def compile_label(run: RunInfo) -> str:
+    """``fast (compiled)`` or ``eager``, and why when the run says (the automatic mode)."""
+    label = "fast (compiled)" if run.fast else "eager"
+    return f"{label} ({run.fast_reason})" if run.fast_reason else label
+
+
 class ProgressBar:
     """Run header and one line per epoch on stderr; a tqdm bar per epoch when stderr is a
     terminal (or ``bar=True``). Rank 0 only; ``enabled=False`` silences it."""
@@ -36,7 +42,7 @@ class ProgressBar:
                 f"devices {','.join(run.devices)} x {run.world_size} process(es) | "
                 f"global batch {run.global_batch} ({run.per_device_batch}/device) | "
                 f"{lr_policy(run.recipe)} | threads {threads} | "
-                f"{'fast (compiled)' if run.fast else 'eager'} {run.recipe.get('precision', '')}",
+                f"{compile_label(run)} {run.recipe.get('precision', '')}",
                 file=sys.stderr,
             )
 

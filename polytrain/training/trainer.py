@@ -60,6 +60,7 @@ from polytrain.plugins.control import TrainControl
 from polytrain.plugins.records import EpochRecord, RunInfo, StepRecord, Summary
 from polytrain.plugins.registry import cluster_environments, get_backend, make_plugin_manager
 from polytrain.training.builtin_plugins import JsonlLogger, ProgressBar
+from polytrain.training.compile_decision import CompileChoice, RunPlan, choose_compile, model_work
 from polytrain.training.curves import CurvesPlot, TensorBoardLogger
 from polytrain.training.early_stopping import EarlyStopping
 from polytrain.training.health import (
@@ -196,6 +197,7 @@ class Trainer:
         inspect: str | None,
     ) -> None:
         recipe = self.recipe
+        own_backend = not isinstance(backend, Backend)  # built here: fast=None is automatic
         if not isinstance(backend, Backend):
             if threads is not None or self.cluster.local_world_size > 1:
                 threads = resolve_threads(threads, self.cluster.local_world_size)
@@ -238,6 +240,16 @@ class Trainer:
         if self.cluster.is_distributed:
             b.init_distributed(self.cluster, self.devices, timeout)
         try:  # a rank that fails after joining must leave, or its peers wait for it
+            self.loader = BatchLoader(
+                self.data.train,
+                recipe.batch_size,
+                seed=recipe.seed,
+                drop_last=recipe.drop_last,
+                rank=b.rank,
+                world_size=b.world_size,
+                prefetch=2,
+            )
+            self.compile_choice = self._choose_compile(fast, auto=own_backend, inspect=inspect)
             self.model = b.build_model(self.spec, self.devices, dtype=param_dtype(recipe.precision))
             b.set_params(self.model, self.spec.init_params(recipe.seed))
             b.seed(recipe.seed)
@@ -254,15 +266,6 @@ class Trainer:
                 clip_grad_value=recipe.clip_grad_value,
                 dropout_masks=recipe.parity_masks(b.rank),
                 metrics_every=self.metrics_every,
-            )
-            self.loader = BatchLoader(
-                self.data.train,
-                recipe.batch_size,
-                seed=recipe.seed,
-                drop_last=recipe.drop_last,
-                rank=b.rank,
-                world_size=b.world_size,
-                prefetch=2,
             )
             self.schedule = recipe.lr_schedule().resolve(recipe.total_steps(len(self.loader)))
             self.epoch = 0
@@ -281,6 +284,31 @@ class Trainer:
         except BaseException:
             b.shutdown_distributed()
             raise
+
+    def _choose_compile(
+        self, fast: bool | None, *, auto: bool, inspect: str | None
+    ) -> CompileChoice:
+        """--fast/--no-fast, or the automatic choice for a backend built here; a backend
+        object passed in keeps its own ``fast``."""
+        r, b = self.recipe, self.backend
+        if not auto:
+            return CompileChoice(b.fast, "set on the backend object")
+        per_process = -(-r.batch_size // b.world_size)
+        plan = RunPlan(
+            planned_steps=r.total_steps(len(self.loader)),
+            batch_per_process=per_process,
+            precision=r.precision,
+            processes=b.world_size,
+            inspect=inspect is not None,
+            pipeline=bool(r.pipeline_split),
+            **model_work(self.spec),
+        )
+        shape = (per_process, *self.spec.input_shape)
+        dtype = param_dtype(r.precision)
+        choice = choose_compile(b, fast, plan, self.spec.to_dict(), dtype, shape)
+        b.options.fast = choice.fast
+        b.options.compile_fingerprint = choice.fingerprint
+        return choice
 
     # -- run --------------------------------------------------------------------------------
 
@@ -302,6 +330,7 @@ class Trainer:
             world_size=b.world_size,
             threads=b.threads(),
             fast=b.fast,
+            fast_reason=self.compile_choice.reason,
             recipe=r.to_dict(),
             out_dir=str(self.out_dir) if self.out_dir else None,
             start_epoch=self.epoch,
