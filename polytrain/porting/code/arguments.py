@@ -15,6 +15,8 @@ import libcst as cst
 
 from polytrain.porting.code.table import ANY, Arg, Entry, literal
 
+TYPE_INT, TYPE_LIST = "<int>", "<list>"  # target_by keys matching a kind of literal
+
 NO_SPACE = cst.AssignEqual(
     whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
 )
@@ -148,13 +150,25 @@ def _target(entry: Entry, bound: list[_Bound]) -> tuple[str, str | None]:
         return entry.target, consumed
     is_literal, value = _value(given.node.value)
     for key, target in choices.items():
-        if key != ANY and is_literal and _same(value, literal(key)):
+        if key != ANY and is_literal and _matches(value, key):
             return target, consumed
     if ANY in choices:
         return choices[ANY], consumed
+    spec = entry.arg(name)
+    why = f" ({spec.why})" if spec is not None and spec.why else ""
     raise NotConverted(
-        f"`{name}={code(given.node.value)}`: the table converts only {', '.join(choices)}"
+        f"`{name}={code(given.node.value)}`: the table converts only {', '.join(choices)}{why}"
     )
+
+
+def _matches(value: Any, key: str) -> bool:
+    """A literal value against a ``target_by`` key: a literal, or a kind of literal
+    (``<int>``: an int, ``<list>``: a list or tuple display)."""
+    if key == TYPE_INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if key == TYPE_LIST:
+        return isinstance(value, list | tuple)
+    return _same(value, literal(key))
 
 
 def _edits(bound: list[_Bound], api: str) -> dict[str, str]:
