@@ -153,6 +153,7 @@ class TorchBackend(Backend):
             # fast: torch.compile (compiles at the first call, into the persistent cache);
             # chosen by --fast or by the automatic mode (polytrain.training.compile_decision)
             run=[torch.compile(r) for r in replicas] if self.fast else replicas,
+            compiled_shape=[None] * len(replicas),
             warm_marker=self.options.compile_fingerprint if self.fast else None,
         )
 
@@ -179,21 +180,25 @@ class TorchBackend(Backend):
         if own.training[replica] is not train:
             own.replicas[replica].train(train)
             own.training[replica] = train
-        module = own.run[replica]
-        if train:
-            out = module(x)
-        else:
+        if not train:
             with torch.no_grad():
-                out = module(x)
+                return own.replicas[replica](x)  # eager: one compiled graph only
+        if own.run[replica] is own.replicas[replica]:
+            return own.run[replica](x)
+        shape = tuple(x.shape)
+        if own.compiled_shape[replica] is None:
+            own.compiled_shape[replica] = shape
+        elif own.compiled_shape[replica] != shape:
+            return own.replicas[replica](x)  # e.g. the smaller last batch: no recompile
         if own.warm_marker is not None:
-            self._note_compiled(own, train)
-        return out
+            self._note_compiled(own)
+        return own.run[replica](x)
 
-    def _note_compiled(self, own: TorchModel, train: bool) -> None:
-        """Mark the cache warm for this model once both its graphs compiled (the train
-        graph's backward has run by the first evaluation)."""
-        own.compiled_modes.add(train)
-        if len(own.compiled_modes) == 2 and own.warm_marker is not None:
+    def _note_compiled(self, own: TorchModel) -> None:
+        """Mark the cache warm for this model at its second compiled training call (the
+        first call's forward and backward graphs have compiled by then)."""
+        own.compiled_steps += 1
+        if own.compiled_steps == 2 and own.warm_marker is not None:
             _compile.mark_warm(own.warm_marker)
             own.warm_marker = None
 

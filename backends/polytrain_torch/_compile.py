@@ -19,11 +19,11 @@ CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # inductor's FX graph and AOT autograd ca
 #: what the user set before polytrain ran (torch sets the variable itself at its first compile)
 USER_CACHE_DIR = os.environ.get(CACHE_ENV) or None
 
-#: LeNet, batch 256, fp32, 2 threads, 2-core Xeon, load ~1.5 (docs/performance.md): eager
-#: 2,000 samples/s, compiled 3,700 (steady); cold compile of the train and eval graphs
-#: ~43 s, warm ~3 s (both measured end to end against a warm run).
+#: LeNet, batch 256, fp32, 2 threads, 2-core Xeon, load ~1.8 (docs/performance.md): eager
+#: 2,140-2,320 samples/s, compiled 3,650-4,260 (steady); the first compiled step (forward
+#: and backward graphs, the only ones compiled) 23-26 s with a cold cache, ~3 s warm.
 PROFILE = CompileProfile(
-    tool="torch.compile", speedup=1.85, cold_s=43.0, warm_s=3.0, eager_sample_s=0.0005
+    tool="torch.compile", speedup=1.75, cold_s=25.0, warm_s=3.0, eager_sample_s=0.00045
 )
 
 

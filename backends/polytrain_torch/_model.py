@@ -17,6 +17,10 @@ class TorchModel(Model):
     names: list[str] = field(default_factory=list)
     training: list[bool | None] = field(default_factory=list)
     run: list[Any] = field(default_factory=list)
-    #: the fingerprint to mark warm once the compiled model ran in both modes (train, eval)
+    #: --fast: the one batch shape each replica's compiled graph was traced for; training
+    #: batches of another shape (an epoch's smaller last batch) and evaluation run eager,
+    #: so one graph is compiled, never a dynamic-shape one
+    compiled_shape: list[tuple[int, ...] | None] = field(default_factory=list)
+    #: the fingerprint to mark warm once the compiled graph ran forward and backward
     warm_marker: str | None = None
-    compiled_modes: set[bool] = field(default_factory=set)
+    compiled_steps: int = 0
