@@ -78,6 +78,8 @@ def _convert(action: argparse.Action, key: str, value: Any, where: str) -> Any:
         return ",".join(f"{name}={decay}" for name, decay in value.items())
     if key in ("loss", "metric") and isinstance(value, dict):
         return value
+    if key == "log" and isinstance(value, list):  # log = ["csv", "mlflow"]
+        return ",".join(_typed(item, str, where) for item in value)
     if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction):
         return _typed(value, bool, where)
     if isinstance(action, argparse.BooleanOptionalAction):

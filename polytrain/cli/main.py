@@ -393,6 +393,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         metrics_every=args.metrics_every,
         keep_checkpoints=args.keep_checkpoints,
         tensorboard=args.tensorboard,
+        log=args.log,
         inspect=args.inspect,
         fast=args.fast,
         overwrite=args.overwrite,
@@ -859,6 +860,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep-checkpoints", type=num.positive_int, default=2, help="checkpoints kept in --out"
     )
     p.add_argument("--tensorboard", default=None, help="write TensorBoard event files here")
+    p.add_argument(
+        "--log",
+        default=None,
+        metavar="csv,mlflow,tensorboard",
+        help="experiment trackers, comma-separated (rank 0): csv (steps.csv, epochs.csv in "
+        "--out), mlflow (params, metrics, artifacts; $MLFLOW_TRACKING_URI or a SQLite store "
+        "in --out; pip install 'polytrain[mlflow]'), tensorboard (--tensorboard DIR or "
+        "--out/tensorboard); docs/architecture.md, Experiment trackers",
+    )
     p.add_argument(
         "--plugin",
         action="append",

@@ -31,7 +31,9 @@ from polytrain.errors import ConfigError, OutputError
 LOCK_FILE = ".polytrain.lock"
 METRICS_FILE = "metrics.jsonl"
 CURVES_FILE = "curves.png"
-RUN_FILES = (METRICS_FILE, CURVES_FILE, "checkpoints")  # what a training run writes
+STEPS_CSV = "steps.csv"  # --log csv
+EPOCHS_CSV = "epochs.csv"
+RUN_FILES = (METRICS_FILE, CURVES_FILE, "checkpoints", STEPS_CSV, EPOCHS_CSV)  # a run's files
 
 
 def os_error_line(exc: OSError, fix: str, folder: Path | None = None) -> str:

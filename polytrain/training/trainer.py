@@ -61,7 +61,7 @@ from polytrain.plugins.records import EpochRecord, RunInfo, StepRecord, Summary
 from polytrain.plugins.registry import cluster_environments, get_backend, make_plugin_manager
 from polytrain.training.builtin_plugins import JsonlLogger, ProgressBar
 from polytrain.training.compile_decision import CompileChoice, RunPlan, choose_compile, model_work
-from polytrain.training.curves import CurvesPlot, TensorBoardLogger
+from polytrain.training.curves import CurvesPlot
 from polytrain.training.early_stopping import EarlyStopping
 from polytrain.training.health import (
     DEFAULT_MAX_LOSS_GROWTH,
@@ -73,6 +73,7 @@ from polytrain.training.inspection import first_nonfinite, inspect_record, parse
 from polytrain.training.pipeline import pipeline_backend
 from polytrain.training.recipe import Recipe
 from polytrain.training.step import DEFAULT_METRICS_EVERY, StepResult, StepRunner
+from polytrain.training.trackers import make_trackers, tracker_names
 from polytrain.utils.threads import resolve_threads
 
 OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
@@ -137,6 +138,7 @@ class Trainer:
         checkpoint_every: int | None = None,
         keep_checkpoints: int = 2,
         tensorboard: str | Path | None = None,
+        log: str | Iterable[str] | None = None,
         fast: bool | None = None,
         inspect: str | None = None,
         overwrite: bool = False,
@@ -149,6 +151,7 @@ class Trainer:
         self.health = RunHealth(max_skipped, max_loss_growth)  # checks its limits first
         self.cluster = cluster_info or resolve_cluster(environments=cluster_environments())
         self._run_dir_lock: RunDirLock | None = None
+        tracker_names(log)  # an unknown --log name fails before any work
         if self.cluster.rank == 0:  # before any work: rank 0 writes the run's files
             if tensorboard is not None:
                 writable_dir(tensorboard, "--tensorboard")
@@ -167,6 +170,7 @@ class Trainer:
                 checkpoint_every=checkpoint_every,
                 keep_checkpoints=keep_checkpoints,
                 tensorboard=tensorboard,
+                log=log,
                 fast=fast,
                 inspect=inspect,
             )
@@ -193,6 +197,7 @@ class Trainer:
         checkpoint_every: int | None,
         keep_checkpoints: int,
         tensorboard: str | Path | None,
+        log: str | Iterable[str] | None,
         fast: bool | None,
         inspect: str | None,
     ) -> None:
@@ -217,8 +222,8 @@ class Trainer:
             self.pm.register(
                 CurvesPlot(self.out_dir / CURVES_FILE), name="polytrain.training.curves"
             )
-        if tensorboard is not None:
-            self.pm.register(TensorBoardLogger(tensorboard), name="polytrain.tensorboard")
+        for name, tracker in make_trackers(log, out_dir, tensorboard).items():  # --log
+            self.pm.register(tracker, name=f"polytrain.{name}")
         if recipe.early_stop:
             metric = recipe.metric_spec()
             early = EarlyStopping(

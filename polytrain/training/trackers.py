@@ -1,0 +1,297 @@
+"""Experiment trackers chosen with ``--log csv,mlflow,tensorboard``: plugins of the
+training-event hooks that write on rank 0 only.
+
+* ``csv``: ``steps.csv`` and ``epochs.csv`` in ``--out`` through the standard ``csv`` module.
+* ``mlflow``: one MLflow run (params: the recipe; per-step and per-epoch metrics; the final
+  checkpoint and the run's files as artifacts) through the ``mlflow`` package, in
+  ``$MLFLOW_TRACKING_URI`` when set, else in a local SQLite store in ``--out``.
+* ``tensorboard``: :class:`polytrain.training.curves.TensorBoardLogger`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import importlib.util
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import fields
+from pathlib import Path
+from typing import IO, Any
+
+from polytrain.errors import ConfigError
+from polytrain.io.run_dir import CURVES_FILE, EPOCHS_CSV, METRICS_FILE, STEPS_CSV
+from polytrain.plugins.hookspecs import hookimpl
+from polytrain.plugins.records import EpochRecord, RunInfo, StepRecord, Summary
+from polytrain.training.curves import TensorBoardLogger
+
+TRACKERS = ("csv", "mlflow", "tensorboard")
+MLFLOW_DB = "mlflow.db"  # the default store, in --out
+MLFLOW_ARTIFACTS = "mlartifacts"  # its artifacts, beside it
+MLFLOW_EXPERIMENT = "polytrain"  # unless $MLFLOW_EXPERIMENT_NAME names one
+TENSORBOARD_DIR = "tensorboard"  # --log tensorboard without --tensorboard DIR: in --out
+# files of the run (and of polytrain compare) logged as MLflow artifacts when present
+RUN_ARTIFACTS = (METRICS_FILE, CURVES_FILE, STEPS_CSV, EPOCHS_CSV)
+COMPARISON_FILES = ("comparison.json", "comparison.png", "comparison.html")
+METRICS_PER_BATCH = 1000  # MLflow's log_batch limit
+
+
+def tracker_names(log: str | Iterable[str] | None) -> list[str]:
+    """``--log``'s comma list as known tracker names, in order, each once."""
+    items = log.split(",") if isinstance(log, str) else list(log or ())
+    names = list(dict.fromkeys(item.strip().lower() for item in items if item.strip()))
+    for name in names:
+        if name not in TRACKERS:
+            raise ConfigError(
+                f"--log {name}: unknown tracker; choose from {', '.join(TRACKERS)} "
+                "(comma-separated)."
+            )
+    return names
+
+
+def make_trackers(
+    log: str | Iterable[str] | None,
+    out_dir: str | Path | None,
+    tensorboard: str | Path | None = None,
+) -> dict[str, object]:
+    """The plugins for ``--log``, by name; checks every package and folder they need now,
+    before training starts. ``--tensorboard DIR`` alone gives the TensorBoard one."""
+    names = tracker_names(log)
+    if tensorboard is not None and "tensorboard" not in names:
+        names.append("tensorboard")
+    out = Path(out_dir) if out_dir else None
+    plugins: dict[str, object] = {}
+    for name in names:
+        if name == "csv":
+            plugins[name] = CsvLogger(_needs_out(out, "csv", "steps.csv and epochs.csv"))
+        elif name == "mlflow":
+            plugins[name] = MlflowTracker(out)
+        else:
+            folder = tensorboard or _needs_out(out, "tensorboard", "event files") / TENSORBOARD_DIR
+            plugins[name] = TensorBoardLogger(folder)
+    return plugins
+
+
+def _needs_out(out: Path | None, name: str, what: str) -> Path:
+    if out is None:
+        extra = " or --tensorboard DIR" if name == "tensorboard" else ""
+        raise ConfigError(f"--log {name} writes {what} into the run folder: add --out DIR{extra}.")
+    return out
+
+
+def require(module: str, tracker: str, extra: str) -> None:
+    """A one-line :class:`ConfigError` naming the extra when ``module`` is not installed."""
+    if importlib.util.find_spec(module) is None:
+        raise ConfigError(
+            f"--log {tracker} needs the {module} package: pip install 'polytrain[{extra}]'."
+        )
+
+
+class CsvLogger:
+    """One row per step in ``steps.csv`` and per epoch in ``epochs.csv`` (header once;
+    appended on --resume), flushed at each epoch end. Rank 0 only."""
+
+    STEP_COLUMNS = tuple(f.name for f in fields(StepRecord) if f.name != "extra")
+    EPOCH_COLUMNS = tuple(f.name for f in fields(EpochRecord))
+
+    def __init__(self, out_dir: str | Path) -> None:
+        self.out_dir = Path(out_dir)
+        self._files: dict[str, tuple[IO[str], csv.DictWriter[str]]] = {}
+
+    def _writer(self, name: str, columns: tuple[str, ...]) -> csv.DictWriter[str]:
+        if name not in self._files:
+            path = self.out_dir / name
+            header = ",".join(columns)
+            if path.exists() and path.stat().st_size:
+                with open(path, encoding="utf-8", newline="") as fh:
+                    found = fh.readline().strip()
+                if found != header:
+                    raise ConfigError(
+                        f"{path} has other columns ({found}); move it away or use --overwrite."
+                    )
+                fh = open(path, "a", encoding="utf-8", newline="")  # noqa: SIM115 - kept open
+                writer = csv.DictWriter(fh, columns, extrasaction="ignore")
+            else:
+                self.out_dir.mkdir(parents=True, exist_ok=True)
+                fh = open(path, "w", encoding="utf-8", newline="")  # noqa: SIM115 - kept open
+                writer = csv.DictWriter(fh, columns, extrasaction="ignore")
+                writer.writeheader()
+            self._files[name] = (fh, writer)
+        return self._files[name][1]
+
+    @hookimpl
+    def polytrain_step_end(self, run: RunInfo, step: StepRecord) -> None:
+        if run.is_main:
+            self._writer(STEPS_CSV, self.STEP_COLUMNS).writerow(step.to_dict())
+
+    @hookimpl
+    def polytrain_epoch_end(self, run: RunInfo, epoch: EpochRecord) -> None:
+        if run.is_main:
+            self._writer(EPOCHS_CSV, self.EPOCH_COLUMNS).writerow(epoch.to_dict())
+            for fh, _ in self._files.values():
+                fh.flush()
+
+    @hookimpl
+    def polytrain_train_end(self, run: RunInfo, summary: Summary) -> None:
+        for fh, _ in self._files.values():
+            fh.close()
+        self._files.clear()
+
+
+def param_text(value: Any) -> str:
+    """A recipe value as an MLflow param (params are text): strings as they are, the rest
+    as JSON (``0.1``, ``true``, ``null``, ``{"fc1": 0.01}``)."""
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+EPOCH_METRICS = [
+    f.name for f in fields(EpochRecord) if f.name not in ("epoch", "steps")
+]  # numbers per epoch, logged at step = the epoch's number (1, 2, ...)
+
+
+class MlflowTracker:
+    """One MLflow run per training run, through :class:`mlflow.tracking.MlflowClient`.
+
+    Params: the recipe (:func:`param_text`); tags: backend, framework version, model,
+    dataset, devices. Metrics: ``loss``, ``lr`` (and ``grad_norm``) at each global step,
+    sent in batches at epoch ends; the epoch record's numbers (``train_loss``,
+    ``test_accuracy``, ...) at step = epoch number. Artifacts at the end: the run's files,
+    any comparison files in --out, and the final checkpoint under ``checkpoint/``.
+    Store: ``$MLFLOW_TRACKING_URI`` when set, else ``sqlite:///<out>/mlflow.db`` with
+    artifacts in ``<out>/mlartifacts``. Rank 0 only."""
+
+    def __init__(self, out_dir: str | Path | None) -> None:
+        require("mlflow", "mlflow", "mlflow")
+        self.out_dir = Path(out_dir).resolve() if out_dir else None
+        self.user_uri = os.environ.get("MLFLOW_TRACKING_URI") or None
+        if self.user_uri is None:
+            if self.out_dir is None:
+                raise ConfigError(
+                    "--log mlflow keeps its store in the run folder: add --out DIR, or set "
+                    "MLFLOW_TRACKING_URI to your tracking server or store."
+                )
+            for module in ("sqlalchemy", "alembic"):  # the local SQLite store's
+                require(module, "mlflow", "mlflow")
+        self.tracking_uri = self.user_uri or f"sqlite:///{self.out_dir}/{MLFLOW_DB}"
+        self.experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME") or MLFLOW_EXPERIMENT
+        self.client: Any = None
+        self.run_id: str | None = None
+        self._pending: list[Any] = []  # step metrics not yet sent
+
+    @hookimpl
+    def polytrain_train_start(self, run: RunInfo) -> None:
+        if not run.is_main:
+            return
+        from mlflow.entities import Param, RunTag
+        from mlflow.tracking import MlflowClient
+
+        with _quiet_loggers("mlflow.store.db.utils", "alembic"):  # creating the local tables
+            self.client = MlflowClient(tracking_uri=self.tracking_uri)
+            found = self.client.get_experiment_by_name(self.experiment)
+        if found is not None:
+            experiment_id = found.experiment_id
+        else:
+            location = None  # a server's own default
+            if self.user_uri is None and self.out_dir is not None:
+                location = (self.out_dir / MLFLOW_ARTIFACTS).as_uri()
+            experiment_id = self.client.create_experiment(
+                self.experiment, artifact_location=location
+            )
+        name = self.out_dir.name if self.out_dir else f"{run.model}-{run.backend}"
+        mlrun = self.client.create_run(experiment_id, run_name=name)
+        self.run_id = mlrun.info.run_id
+        tags = {
+            "polytrain.backend": run.backend,
+            "polytrain.framework_version": run.framework_version,
+            "polytrain.model": run.model,
+            "polytrain.dataset": run.dataset,
+            "polytrain.devices": ",".join(run.devices),
+            "polytrain.world_size": str(run.world_size),
+            "polytrain.start_step": str(run.start_step),
+        }
+        if run.out_dir:
+            tags["polytrain.out_dir"] = str(Path(run.out_dir).resolve())
+        self.client.log_batch(
+            self.run_id,
+            params=[Param(k, param_text(v)) for k, v in sorted(run.recipe.items())],
+            tags=[RunTag(k, v) for k, v in tags.items()],
+        )
+
+    @hookimpl
+    def polytrain_step_end(self, run: RunInfo, step: StepRecord) -> None:
+        if not run.is_main or self.run_id is None:
+            return
+        from mlflow.entities import Metric
+
+        now = _millis()
+        values = {"loss": step.loss, "lr": step.lr, "grad_norm": step.grad_norm}
+        for key, value in values.items():
+            if value is not None:
+                self._pending.append(Metric(key, float(value), now, step.global_step))
+
+    @hookimpl
+    def polytrain_epoch_end(self, run: RunInfo, epoch: EpochRecord) -> None:
+        if not run.is_main or self.run_id is None:
+            return
+        from mlflow.entities import Metric
+
+        now = _millis()
+        record = epoch.to_dict()
+        for key in EPOCH_METRICS:
+            if record[key] is not None:
+                self._pending.append(Metric(key, float(record[key]), now, epoch.epoch + 1))
+        self._send()
+
+    def _send(self) -> None:
+        while self._pending:
+            batch, self._pending = (
+                self._pending[:METRICS_PER_BATCH],
+                self._pending[METRICS_PER_BATCH:],
+            )
+            self.client.log_batch(self.run_id, metrics=batch)
+
+    @hookimpl(trylast=True)  # after the metrics file's last line
+    def polytrain_train_end(self, run: RunInfo, summary: Summary) -> None:
+        if not run.is_main or self.run_id is None:
+            return
+        self._send()
+        out = Path(run.out_dir) if run.out_dir else None
+        if out is not None:
+            for name in (*RUN_ARTIFACTS, *COMPARISON_FILES):
+                if (out / name).is_file():
+                    self.client.log_artifact(self.run_id, str(out / name))
+        if summary.checkpoint and Path(summary.checkpoint).is_dir():
+            checkpoint = Path(summary.checkpoint)
+            self.client.log_artifacts(
+                self.run_id, str(checkpoint), artifact_path=f"checkpoint/{checkpoint.name}"
+            )
+        status = (
+            "FAILED"
+            if summary.stop_reason.startswith("failed")
+            else "KILLED"
+            if summary.interrupted
+            else "FINISHED"
+        )
+        self.client.set_terminated(self.run_id, status=status)
+        self.run_id = None
+
+
+@contextlib.contextmanager
+def _quiet_loggers(*names: str) -> Iterator[None]:
+    """Only warnings and errors from these loggers inside the block."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(max(logger.getEffectiveLevel(), logging.WARNING))
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def _millis() -> int:
+    return int(time.time() * 1000)
