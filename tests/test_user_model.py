@@ -196,7 +196,7 @@ def test_spec_mistakes_are_one_line(helper: Path, tmp_path: Path) -> None:
         resolve_model_spec("tests_helper_module:not_a_spec")
     with pytest.raises(ConfigError, match="has no 'nope'"):
         resolve_model_spec("tests_helper_module:nope")
-    with pytest.raises(ConfigError, match="Cannot import 'no_such_module_xyz'"):
+    with pytest.raises(ConfigError, match="cannot import 'no_such_module_xyz'"):
         resolve_model_spec("no_such_module_xyz:f")
     with pytest.raises(ConfigError, match=r"Unknown model 'lenett'.*pkg\.module:factory"):
         resolve_model_spec("lenett")

@@ -11,16 +11,15 @@ TOML is read with the standard library's ``tomllib``; files are written as JSON.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from polytrain.errors import ConfigError
 from polytrain.neutral.models import MODELS, ModelSpec, get_model_spec
+from polytrain.utils.user_import import import_user_module
 
 SPEC_SUFFIXES = (".json", ".toml")
 
@@ -85,24 +84,9 @@ def spec_from_factory(ref: str) -> ModelSpec:
 
 def _import(module_name: str, ref: str) -> Any:
     try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        cwd = os.getcwd()
-        top = module_name.partition(".")[0]
-        if exc.name != top or cwd in sys.path or "" in sys.path:
-            raise ConfigError(
-                f"Cannot import {module_name!r} (from --model {ref!r}): {exc}."
-            ) from None
-        sys.path.append(cwd)  # `polytrain` (a console script) does not search it itself
-        try:
-            return importlib.import_module(module_name)
-        except ImportError as again:
-            raise ConfigError(
-                f"Cannot import {module_name!r} (from --model {ref!r}), neither from sys.path nor "
-                f"from {cwd}: {again}. Add its folder to PYTHONPATH."
-            ) from None
+        return import_user_module(module_name, f"--model {ref!r}")
     except ImportError as exc:
-        raise ConfigError(f"Cannot import {module_name!r} (from --model {ref!r}): {exc}.") from None
+        raise ConfigError(str(exc)) from None
 
 
 def is_spec_reference(ref: str) -> bool:

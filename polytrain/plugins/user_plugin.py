@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 from typing import Any
 
 from polytrain.errors import ConfigError
+from polytrain.utils.user_import import import_user_module
 
 TRAINING_HOOKS = (
     "polytrain_train_start",
@@ -50,20 +48,9 @@ def _is_plugin(obj: object) -> bool:
 
 def _import(module_name: str, ref: str) -> Any:
     try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        top = module_name.partition(".")[0]
-        cwd = os.getcwd()
-        if exc.name != top or cwd in sys.path or "" in sys.path:
-            raise ConfigError(f"--plugin {ref!r}: cannot import {module_name!r}: {exc}.") from None
-        sys.path.append(cwd)  # `polytrain` (a console script) does not search it itself
-        try:
-            return importlib.import_module(module_name)
-        except ImportError as again:
-            raise ConfigError(
-                f"--plugin {ref!r}: cannot import {module_name!r} from sys.path or {cwd}: "
-                f"{again}. Add its folder to PYTHONPATH."
-            ) from None
+        return import_user_module(module_name, f"--plugin {ref!r}")
+    except ImportError as exc:
+        raise ConfigError(str(exc)) from None
     except Exception as exc:  # an error inside the user's module, said in one line
         raise ConfigError(
             f"--plugin {ref!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"

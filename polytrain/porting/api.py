@@ -3,7 +3,6 @@ target, run both on the same input and compare them layer by layer."""
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from polytrain.plugins.registry import registered_model_walkers
 from polytrain.porting.match import Pair, derived_map, match_layers, ported_state
 from polytrain.porting.verify import Verification, compare_traces
 from polytrain.utils.fileio import atomic_write_bytes
+from polytrain.utils.user_import import import_user_module
 
 DEFAULT_TOLERANCE = 1e-4
 
@@ -79,9 +79,9 @@ def load_object(spec: str) -> Any:
     if not module_name or not attr:
         raise ConfigError(f"{spec!r} is not pkg.module:factory (e.g. mymodels:build_resnet18).")
     try:
-        module = importlib.import_module(module_name)
+        module = import_user_module(module_name, repr(spec))
     except ImportError as exc:
-        raise ConfigError(f"Cannot import {module_name!r} (from {spec!r}): {exc}.") from exc
+        raise ConfigError(str(exc)) from None
     factory = module
     for part in attr.split("."):
         if not hasattr(factory, part):
