@@ -4,6 +4,7 @@ and resumes to ~1e-12, where float32 runs part ways after a few dozen steps."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -96,27 +97,29 @@ def test_compare_holds_fp64_free_runs_to_the_step_tolerance(precision: str) -> N
         ]
 
 
-def _batchnorm_run(backend: str) -> tuple[list[float], dict[str, np.ndarray], np.ndarray]:
-    """Ten momentum steps of a residual net with BatchNorm in float64 (train mode: batch
-    statistics forward, running mean and torch's unbiased running variance updated), then
-    eval-mode logits from the running statistics."""
-    b = get_backend(backend)
+def batchnorm_run(
+    backend: str, steps: int = 10, batch_size: int = 16, **options: Any
+) -> tuple[list[float], dict[str, np.ndarray], np.ndarray]:
+    """``steps`` momentum steps of a residual net with BatchNorm in float64 (train mode:
+    batch statistics forward, running mean and torch's unbiased running variance updated),
+    then eval-mode logits from the running statistics."""
+    b = get_backend(backend, **options)
     spec = tiny_resnet()
     model = b.build_model(spec, dtype="float64")
     b.set_params(model, spec.init_params(seed=4))
     opt = b.make_optimizer(model, OptimizerConfig("momentum", lr=0.1, momentum=0.9))
     runner = StepRunner(b, model, opt, precision="fp64")
     losses = []
-    for i in range(10):
-        x, y = batch(spec, 16, seed=i)
+    for i in range(steps):
+        x, y = batch(spec, batch_size, seed=i)
         result = runner.train_step(x, y)
         losses.append(result.loss_sum / result.samples)
-    x, _ = batch(spec, 16, seed=99)
+    x, _ = batch(spec, batch_size, seed=99)
     return losses, b.get_params(model), runner.predict(x)
 
 
 def test_batchnorm_training_agrees_across_frameworks() -> None:
-    runs = {name: _batchnorm_run(name) for name in BACKENDS}
+    runs = {name: batchnorm_run(name) for name in BACKENDS}
     ref_losses, ref_params, ref_logits = runs[BACKENDS[0]]
     assert ref_losses[-1] < ref_losses[0] - 0.1  # it trained
     assert any("running_var" in k for k in ref_params)

@@ -8,13 +8,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_fp64 import batchnorm_run
 
 from polytrain import get_backend
 from polytrain.errors import BackendError
 from polytrain.neutral.models import BatchNorm1d, Flatten, Linear, ModelSpec, seq
-from polytrain.neutral.optim import OptimizerConfig
 from polytrain.testing import batch, tiny_resnet
-from polytrain.training.step import StepRunner
 
 mx = pytest.importorskip("mxnet")
 from mxnet import autograd  # noqa: E402
@@ -65,17 +64,7 @@ def test_hybridized_batchnorm_equals_imperative_to_the_bit(make_spec: Any, dtype
 
 
 def _torch_rule_run(backend: str, **options: Any) -> tuple[list[float], dict[str, Any], Any]:
-    b = get_backend(backend, **options)
-    spec = tiny_resnet()
-    model = b.build_model(spec, dtype="float64")
-    b.set_params(model, spec.init_params(seed=4))
-    opt = b.make_optimizer(model, OptimizerConfig("momentum", lr=0.1, momentum=0.9))
-    runner = StepRunner(b, model, opt, precision="fp64")
-    losses = []
-    for step in range(3):
-        result = runner.train_step(*batch(spec, 8, seed=step))
-        losses.append(result.loss_sum / result.samples)
-    return losses, b.get_params(model), runner.predict(batch(spec, 8, seed=99)[0])
+    return batchnorm_run(backend, steps=3, batch_size=8, **options)
 
 
 def test_hybridized_batchnorm_matches_torch_in_float64() -> None:
