@@ -1,4 +1,5 @@
-"""The parity probe of benchmarks/ runs, and its fp64 verdict holds on a small model."""
+"""The parity probe of benchmarks/ runs, and its fp64 verdict holds on a small model; the
+layout benchmark runs."""
 
 from __future__ import annotations
 
@@ -22,3 +23,13 @@ def test_parity_steps_fp64_differences_are_tiny(capsys: pytest.CaptureFixture[st
         diffs = [float(v) for v in row[1:]]
         assert len(diffs) == 3 and max(diffs) < 1e-12, row
     assert re.search(r"lenet, fp64, 3 momentum steps of batch 16", out)
+
+
+def test_layout_benchmark_runs_both_orders(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    from benchmarks import layout
+
+    assert layout.main(["--steps", "1", "--repeats", "2", "--threads", "1", "--no-compile"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"eager NCHW +ms/step median", out)
+    assert re.search(r"eager channels-last +ms/step median .* speedup over NCHW \d", out)

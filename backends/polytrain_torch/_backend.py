@@ -31,7 +31,7 @@ from polytrain.neutral.optim import Optimizer, OptimizerConfig
 from polytrain.neutral.sharding import shard_bounds
 from polytrain.utils.fileio import atomic_path
 
-from . import _compile, _devices, _inspect, _losses, _parallel, _precision
+from . import _compile, _devices, _inspect, _layout, _losses, _parallel, _precision
 from ._layers import build, unwrap
 from ._model import TorchModel
 from ._optim import TorchOptimizer
@@ -140,6 +140,12 @@ class TorchBackend(Backend):
         native.to(getattr(torch, dtype))  # parameters and float buffers, in place
         if any(torch.device(d).type == "cuda" for d in devices):
             _devices.exact_float32()  # fp32 means fp32 (the precision flag picks bf16/fp16)
+        channels_last = _layout.wants_channels_last(
+            native, devices, dtype, from_spec=spec is not None
+        )
+        if channels_last:
+            # conv weights, in place (torch's stubs omit to()'s memory_format keyword)
+            native.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         replicas = [native.to(devices[0])]
         replicas += [copy.deepcopy(native).to(d) for d in devices[1:]]
         return TorchModel(
@@ -155,6 +161,7 @@ class TorchBackend(Backend):
             run=[torch.compile(r) for r in replicas] if self.fast else replicas,
             compiled_shape=[None] * len(replicas),
             warm_marker=self.options.compile_fingerprint if self.fast else None,
+            channels_last=channels_last,
         )
 
     def _state(self, module: nn.Module) -> dict[str, torch.Tensor]:
@@ -177,6 +184,8 @@ class TorchBackend(Backend):
 
     def forward(self, model: Model, x: Tensor, *, replica: int = 0, train: bool = False) -> Tensor:
         own = TorchModel.of(model)
+        if own.channels_last:
+            x = _layout.to_channels_last(x)
         if own.training[replica] is not train:
             own.replicas[replica].train(train)
             own.training[replica] = train
@@ -358,7 +367,10 @@ class TorchBackend(Backend):
     # -- native files ---------------------------------------------------------------------
 
     def save_native(self, model: Model, path: str) -> None:
-        state = {k: v.detach().cpu().clone() for k, v in model.replicas[0].state_dict().items()}
+        state = {
+            k: v.detach().cpu().clone(memory_format=torch.contiguous_format)
+            for k, v in model.replicas[0].state_dict().items()
+        }
         with atomic_path(path) as tmp:
             torch.save(state, tmp)
 

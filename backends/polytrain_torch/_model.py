@@ -24,3 +24,5 @@ class TorchModel(Model):
     #: the fingerprint to mark warm once the compiled graph ran forward and backward
     warm_marker: str | None = None
     compiled_steps: int = 0
+    #: weights and 4-d inputs kept channels-last (polytrain_torch._layout)
+    channels_last: bool = False
