@@ -502,7 +502,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         console.print(lockstep_table(result))
     console.print(pairs_table(result))
     out = escape(str(args.out))  # text, never markup: a path or message may hold [brackets]
-    console.print(f"wrote {out}/comparison.json and {out}/comparison.png")
+    console.print(f"wrote {out}/comparison.json, {out}/comparison.png and {out}/comparison.html")
     if result.failures:
         for failure in result.failures:
             console.print(f"[red]FAIL[/red] {escape(failure)}")

@@ -230,8 +230,8 @@ def compare(
     lockstep_steps: int = 200,
 ) -> Comparison:
     """Run ``recipe`` on each backend (one subprocess each, one after another), then
-    ``lockstep_steps`` lockstep steps, and compare; writes ``comparison.json`` and
-    ``comparison.png`` into ``out_dir``."""
+    ``lockstep_steps`` lockstep steps, and compare; writes ``comparison.json``,
+    ``comparison.png`` and ``comparison.html`` into ``out_dir``."""
     if len(backends) < 1:
         raise ConfigError("Name at least one backend to compare, e.g. --backends torch,paddle.")
     if len(set(backends)) != len(backends):
@@ -264,6 +264,7 @@ def _compare(
     quiet: bool,
     lockstep_steps: int,
 ) -> Comparison:
+    from polytrain.parity.html_report import write_html
     from polytrain.parity.report import write_json, write_plot
 
     runs = []
@@ -283,6 +284,7 @@ def _compare(
     result = compare_runs(runs, recipe, tol, reference, locked)
     write_json(result, out / "comparison.json")
     write_plot(result, out / "comparison.png")
+    write_html(result, out / "comparison.html", out / "comparison.png")
     return result
 
 
