@@ -19,11 +19,13 @@ CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # inductor's FX graph and AOT autograd ca
 #: what the user set before polytrain ran (torch sets the variable itself at its first compile)
 USER_CACHE_DIR = os.environ.get(CACHE_ENV) or None
 
-#: LeNet, batch 256, fp32, 2 threads, 2-core Xeon, load ~1.8 (docs/performance.md): eager
-#: 2,140-2,320 samples/s, compiled 3,650-4,260 (steady); the first compiled step (forward
-#: and backward graphs, the only ones compiled) 23-26 s with a cold cache, ~3 s warm.
+#: LeNet, batch 256, fp32, 2 threads, channels-last (polytrain_torch._layout), 2-vCPU Xeon
+#: (docs/performance.md, "The automatic mode"): eager 0.26 ms per sample; compiled/eager
+#: 1.13 (benchmarks.layout, ABBA medians), 1.23 (benchmarks.run, separate runs), 0.98
+#: (epoch 2 of the default recipe): ~1.1; the first compiled step (forward and backward
+#: graphs, the only ones compiled) ~18-20 s with a cold cache, ~3 s warm.
 PROFILE = CompileProfile(
-    tool="torch.compile", speedup=1.75, cold_s=25.0, warm_s=3.0, eager_sample_s=0.00045
+    tool="torch.compile", speedup=1.10, cold_s=20.0, warm_s=3.0, eager_sample_s=0.00026
 )
 
 
