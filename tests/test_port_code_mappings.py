@@ -7,13 +7,15 @@ A mapping without an example fails the suite."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from port_code_helpers import assert_close, entry_arrays, entry_seed, entry_tolerance
+from port_code_helpers import FP64, assert_close, entry_arrays, entry_seed, entry_tolerance
 
 from polytrain.porting.code import convert_source
 from polytrain.porting.code.table import TABLE_DIR, Entry, all_entries, load_framework
@@ -37,7 +39,7 @@ for _ in range(3):
     opt.clear_grad()
 """
 SCHEDULER_LOOP = """
-for _ in range(4):
+for _ in range(12):
     loss = (net(x) ** 2).mean()
     loss.backward()
     opt.step()
@@ -266,6 +268,8 @@ def test_mapping_computes_the_same_numbers(entry: Entry, tmp_path: Path) -> None
     arrays = entry_arrays(entry)
     if entry.check == "layer":
         check_layer(entry, code, arrays)
+    elif entry.check == "recurrent":
+        check_recurrent(entry.example, code, arrays["x"])
     else:
         check_program(entry, code, arrays, tmp_path)
 
@@ -286,7 +290,7 @@ def test_every_entry_has_an_example_and_inputs_it_needs() -> None:
     for entry in ENTRIES:
         assert entry.example, entry.source
         assert entry.check in ("value", "layer", "nograd", "net", "optimizer", "scheduler",
-                               "shape"), entry.source  # fmt: skip
+                               "shape", "recurrent"), entry.source  # fmt: skip
         if entry.check == "layer":
             assert entry.inputs, entry.source
 
@@ -339,6 +343,16 @@ MARKED_RULES = [
      "s = torch.optim.lr_scheduler.PolynomialLR(o, total_iters=1)\n"
      "o.step()\ns.step()\nout = s.get_last_lr()[0]",
      {}),
+    # a cooldown: Paddle ignores the metric during it, PyTorch still tracks the best
+    ("paddle.optimizer.lr.ReduceOnPlateau",
+     "s = paddle.optimizer.lr.ReduceOnPlateau(0.5, factor=0.5, patience=0, cooldown=1)\n"
+     "o = paddle.optimizer.SGD(learning_rate=s, parameters=paddle.nn.Linear(1, 1).parameters())\n"
+     "out = []\nfor m in [3.0, 4.0, 1.0, 2.0]:\n    s.step(m)\n    out.append(o.get_lr())",
+     "o = torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=0.5)\n"
+     "s = torch.optim.lr_scheduler.ReduceLROnPlateau(o, factor=0.5, patience=0, cooldown=1)\n"
+     "out = []\nfor m in [3.0, 4.0, 1.0, 2.0]:\n"
+     "    s.step(m)\n    out.append(o.param_groups[0]['lr'])",
+     {}),
 ]  # fmt: skip
 
 
@@ -377,3 +391,145 @@ def test_semantic_rule_marks_where_a_naive_mapping_differs(
 def test_split_whose_sections_are_a_name_is_marked() -> None:
     reason = _marked("out = paddle.split(x, n, axis=1)", "paddle.split")
     assert "num_or_sections=n" in reason and "torch.chunk" in reason
+
+
+# ---- recurrent layers and the schedulers of issue 18 ------------------------------------
+
+
+def _recurrent_states(layer: Any, x: np.ndarray, seed: int) -> list[np.ndarray] | None:
+    """Random initial states for a PyTorch recurrent layer (h0, and c0 for an LSTM)."""
+    if seed < 0:
+        return None
+    batch = x.shape[0] if layer.batch_first else x.shape[1]
+    shape = (layer.num_layers * (2 if layer.bidirectional else 1), batch, layer.hidden_size)
+    rng = np.random.default_rng(seed)
+    count = 2 if isinstance(layer, torch.nn.LSTM) else 1
+    return [rng.standard_normal(shape) for _ in range(count)]
+
+
+def _run_recurrent(layer: Any, x: Any, states: list[Any] | None, side: str) -> list[Any]:
+    """Outputs, final states, and the gradients of a random weighting of both: of the input,
+    the initial states and every parameter (by name)."""
+    if states:  # an LSTM's (h0, c0), else h0
+        out, final = layer(x, tuple(states) if len(states) == 2 else states[0])
+    else:
+        out, final = layer(x)
+    parts = [out, *(final if isinstance(final, tuple | list) else [final])]
+    rng = np.random.default_rng(7)
+    weights = [rng.standard_normal(tuple(p.shape)) for p in parts]
+    wrap = paddle.to_tensor if side == "paddle" else torch.tensor
+    sum(((p * wrap(w)).sum() for p, w in zip(parts, weights, strict=True))).backward()
+    grads = {name: _numpy(p.grad) for name, p in layer.named_parameters()}
+    return [_numpy(parts), _numpy(x.grad), [_numpy(s.grad) for s in states or []], grads]
+
+
+def check_recurrent(paddle_code: str, torch_code: str, x: np.ndarray, seed: int = -1) -> None:
+    """Paddle's layer and the converted one with the same weights (copied by name: both
+    use ``weight_ih_l0`` ...) agree in outputs, final states and all gradients (float64)."""
+    src_ns: dict[str, Any] = {"paddle": paddle, "nn": paddle.nn}
+    tgt_ns: dict[str, Any] = {}
+    with _float64():
+        exec(paddle_code, src_ns)
+        exec(torch_code, tgt_ns)
+    src, tgt = src_ns["layer"], tgt_ns["layer"]
+    src_params = dict(src.named_parameters())
+    assert sorted(src_params) == sorted(k for k, _ in tgt.named_parameters())
+    with torch.no_grad():
+        for name, p in tgt.named_parameters():
+            p.copy_(torch.tensor(src_params[name].numpy()))
+    states = _recurrent_states(tgt, x, seed)
+
+    def leaf(side: str, v: np.ndarray) -> Any:
+        if side == "torch":
+            return torch.tensor(v, requires_grad=True)
+        t = paddle.to_tensor(v)
+        t.stop_gradient = False
+        return t
+
+    got = {
+        side: _run_recurrent(layer, leaf(side, x), [leaf(side, s) for s in states or []], side)
+        for side, layer in (("paddle", src), ("torch", tgt))
+    }
+    assert_close(got["paddle"], got["torch"], FP64, f"{paddle_code.strip()} vs {torch_code}")
+
+
+RECURRENT_CASES = [
+    (kind, layers, direction, seed)
+    for kind in ("LSTM", "GRU", "SimpleRNN")
+    for layers in (1, 2)
+    for direction in ("forward", "bidirect")
+    for seed in (-1, 3)  # without, with initial states
+]
+
+
+@pytest.mark.parametrize("kind, layers, direction, seed", RECURRENT_CASES)
+def test_recurrent_layer_converts_exactly(
+    kind: str, layers: int, direction: str, seed: int
+) -> None:
+    code = f"layer = nn.{kind}(3, 4, num_layers={layers}, direction='{direction}')\n"
+    x = np.random.default_rng(1).standard_normal((2, 5, 3))
+    check_recurrent(code, converted_example(ENTRY_OF[f"paddle.nn.{kind}"], code), x, seed)
+
+
+def test_time_major_recurrent_layer_converts_exactly() -> None:
+    code = "layer = nn.LSTM(3, 4, 2, 'bidirectional', time_major=True)\n"
+    x = np.random.default_rng(2).standard_normal((5, 2, 3))
+    check_recurrent(code, converted_example(ENTRY_OF["paddle.nn.LSTM"], code), x, seed=4)
+
+
+def test_a_naive_recurrent_mapping_computes_other_numbers() -> None:
+    """``torch.nn.LSTM`` with Paddle's arguments as they are: PyTorch's default layout is
+    time-major, so the converted batch_first=True is what makes it agree."""
+    code = "layer = nn.LSTM(3, 4, num_layers=2, direction='bidirect')\n"
+    x = np.random.default_rng(1).standard_normal((2, 5, 3))
+    converted = converted_example(ENTRY_OF["paddle.nn.LSTM"], code)
+    assert "batch_first=True" in converted
+    with pytest.raises(AssertionError):
+        check_recurrent(code, converted.replace("batch_first=True", "batch_first=False"), x)
+
+
+ENTRY_OF = {e.source: e for e in ENTRIES}
+
+# More argument forms of the schedulers: each run for 12 steps on both frameworks
+SCHEDULER_FORMS = [
+    ("OneCycleLR", "0.5, 12, three_phase=True, anneal_strategy='linear', phase_pct=0.25"),
+    ("OneCycleLR", "max_learning_rate=0.5, total_steps=12, divide_factor=10, "
+                   "end_learning_rate=0.002, phase_pct=0.4"),
+    ("CyclicLR", "0.1, 0.5, 2, mode='exp_range', exp_gamma=0.9"),
+    ("CyclicLR", "0.1, 0.5, 4"),
+    ("NoamDecay", "d_model=16, warmup_steps=4, learning_rate=2.0"),
+    ("LinearWarmup", "0.3, 4, 0.1, 0.3"),
+    ("PiecewiseDecay", "[3, 6], [0.5, 0.2, 0.1]"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name, args", SCHEDULER_FORMS, ids=lambda v: str(v)[:30])
+def test_scheduler_forms_compute_the_same_rates(name: str, args: str, tmp_path: Path) -> None:
+    example = (
+        f"sched = paddle.optimizer.lr.{name}({args})\n"
+        "opt = paddle.optimizer.Momentum(learning_rate=sched, momentum=0.5, "
+        "parameters=net.parameters())\n"
+    )
+    entry = dataclasses.replace(ENTRY_OF[f"paddle.optimizer.lr.{name}"], example=example)
+    code = converted_example(entry, _program(entry, entry.example))
+    check_program(entry, code, entry_arrays(entry), tmp_path)
+
+
+def test_a_naive_one_cycle_mapping_computes_other_rates(tmp_path: Path) -> None:
+    """PyTorch's OneCycleLR without the converted final_div_factor ends at another rate
+    (Paddle's end_learning_rate is absolute), and without cycle_momentum=False it changes
+    the momentum Paddle leaves alone."""
+    entry = ENTRY_OF["paddle.optimizer.lr.OneCycleLR"]
+    code = converted_example(entry, _program(entry, entry.example))
+    assert "final_div_factor=" in code and "cycle_momentum=False" in code
+    arrays = entry_arrays(entry)
+    for naive in (re.sub(r",? *final_div_factor=[^,)]*", "", code),
+                  code.replace("cycle_momentum=False", "cycle_momentum=True")):  # fmt: skip
+        assert naive != code
+        with pytest.raises(AssertionError):
+            check_program(entry, naive, arrays, tmp_path)
+
+
+def test_get_lr_of_a_receiver_not_made_here_is_marked() -> None:
+    reason = _marked("def rate(sched):\n    return sched.get_lr()\n", ".get_lr")
+    assert "get_last_lr" in reason

@@ -1,13 +1,18 @@
 """A call's arguments rewritten by a table entry: bound to the source's parameters, then
 renamed, reordered, dropped (only values the target behaves as), converted (listed
 constants, templates), completed with the target's differing defaults, and wrapped
-(a fused activation becomes a layer after the call). Anything else raises
-:class:`NotConverted` with the reason the marker comment gives."""
+(a fused activation becomes a layer after the call). A template or default may name
+another source argument as ``$name`` (string.Template syntax): its value, or its table
+``default`` when the call omits it (a value computed from several arguments, as a
+scheduler's closed-form ``lr_lambda``). Anything else raises :class:`NotConverted` with
+the reason the marker comment gives."""
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+import re
+import string
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +21,7 @@ import libcst as cst
 from polytrain.porting.code.table import ANY, Arg, Entry, literal
 
 TYPE_INT, TYPE_LIST = "<int>", "<list>"  # target_by keys matching a kind of literal
+STDLIB = ("math",)  # modules the table's code may name: imported where it does
 
 NO_SPACE = cst.AssignEqual(
     whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
@@ -70,6 +76,7 @@ class Converted:
     wraps: list[str] = field(default_factory=list)
     before: list[str] = field(default_factory=list)
     moved: dict[str, cst.BaseExpression] = field(default_factory=dict)
+    imports: set[str] = field(default_factory=set)  # STDLIB modules the table code names
 
 
 @dataclass
@@ -187,7 +194,31 @@ def _edits(bound: list[_Bound], api: str) -> dict[str, str]:
     return out
 
 
-def _convert_value(spec: Arg, node: cst.Arg) -> str | None:
+@dataclass
+class _Refs:
+    """The source arguments a template or default names as ``$name``: the call's values,
+    else their table defaults; the STDLIB modules the filled-in table code names."""
+
+    entry: Entry
+    given: Mapping[str, str]
+    imports: set[str] = field(default_factory=set)
+
+    def fill(self, table_code: str, value: str = "") -> str:
+        template = string.Template(table_code)
+        values = {"__value__": value}
+        for name in template.get_identifiers():
+            if name in values:
+                continue
+            spec = self.entry.arg(name)
+            found = self.given.get(name, spec.default if spec is not None else None)
+            if found is None:
+                raise NotConverted(f"`{name}=` is not given: the conversion needs its value")
+            values[name] = _atom(found)
+        self.imports.update(m for m in STDLIB if re.search(rf"\b{m}\.", table_code))
+        return template.substitute(values)
+
+
+def _convert_value(spec: Arg, node: cst.Arg, refs: _Refs) -> str | None:
     """The target code of one argument's value, or None when it is dropped."""
     if any(_same(_value(node.value)[1], literal(k)) for k in spec.edits if _value(node.value)[0]):
         return None  # it edits another argument (``_edits``)
@@ -201,12 +232,12 @@ def _convert_value(spec: Arg, node: cst.Arg) -> str | None:
             return None
         for key, target in spec.convert.items():
             if _same(value, literal(key)):
-                return target
+                return refs.fill(target)
     if spec.others:
         return text
     listed = is_literal and bool(spec.drop or spec.convert)
     if spec.template is not None and not listed:
-        return spec.template.format(_atom(text))
+        return refs.fill(spec.template.format("$__value__"), _atom(text))
     if not restricted:
         return None if spec.to is None else text
     why = spec.why or "PyTorch has no such argument"
@@ -233,13 +264,14 @@ def convert_arguments(entry: Entry, args: Sequence[cst.Arg], api: str) -> Conver
     before: list[str] = []
     moved: dict[str, cst.BaseExpression] = {}
     edits = _edits(bound, api)
+    refs = _Refs(entry, {b.spec.name: code(b.node.value).strip() for b in bound})
     for b in bound:
         if b.spec.name == chooser:
             continue
         if b.spec.moves:
             moved[b.spec.name] = b.node.value
             continue
-        new = _convert_value(b.spec, b.node)
+        new = _convert_value(b.spec, b.node, refs)
         if new is None:
             continue
         if b.spec.name in edits:
@@ -265,9 +297,10 @@ def convert_arguments(entry: Entry, args: Sequence[cst.Arg], api: str) -> Conver
         if default is not None and spec.before:
             before.append(default)
         elif default is not None and spec.target_name:
-            emitted.append((spec.target_name, cst.parse_expression(default), None))
+            emitted.append((spec.target_name, cst.parse_expression(refs.fill(default)), None))
     emitted = _tuples(entry, emitted)
-    return Converted(target, _layout(entry, emitted, args), wraps, before, moved)
+    laid = _layout(entry, emitted, args)
+    return Converted(target, laid, wraps, before, moved, refs.imports)
 
 
 def _tuples(

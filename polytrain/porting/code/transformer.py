@@ -181,11 +181,11 @@ class PortTransformer(cst.CSTTransformer):
             if sched is None:
                 continue
             sched_stmt, sched_call, sched_entry = sched
-            lr = _argument(sched_call, sched_entry, "learning_rate")
+            lr = _scheduler_lr(sched_call, sched_entry)
             if lr is None:
                 continue
             self._scheduler_of[sched_call] = name
-            self._lr_of[call] = lr.value
+            self._lr_of[call] = lr
             self._moves.setdefault(block, []).append((sched_stmt, stmt))
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -333,6 +333,7 @@ class PortTransformer(cst.CSTTransformer):
         except NotConverted as exc:
             self._left(original, api, str(exc))
             return updated
+        self.needs_root.update(converted.imports)
         new_args = converted.args
         if original in self._scheduler_of:
             first = cst.Arg(cst.Name(self._scheduler_of[original]))
@@ -533,6 +534,17 @@ def _argument(call: cst.Call, entry: Entry, name: str) -> cst.Arg | None:
         if arg.keyword is None and not arg.star and i == index:
             return arg
     return None
+
+
+def _scheduler_lr(call: cst.Call, entry: Entry) -> cst.BaseExpression | None:
+    """The learning rate an optimizer made from a scheduler takes: the scheduler's
+    ``learning_rate`` argument, else that argument's table ``default`` (Paddle's NoamDecay
+    defaults it to 1.0; a scheduler whose lambda gives the whole rate has 1.0)."""
+    arg = _argument(call, entry, "learning_rate")
+    if arg is not None:
+        return arg.value
+    spec = entry.arg("learning_rate")
+    return None if spec is None or spec.default is None else cst.parse_expression(spec.default)
 
 
 def _with_argument(
