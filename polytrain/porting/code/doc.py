@@ -56,6 +56,8 @@ def _row(e: Entry) -> str:
     if e.target_by is not None:
         target = " / ".join(f"`{t}`" for t in e.target_by[1].values())
     args = [text for a in e.args if (text := _arg(a))]
+    if e.result:
+        args.append(f"`{e.result}` appended to the result")
     what = "; ".join(args)
     extra = "; ".join(x for x in (e.note, f"rule {e.rule}" if e.rule else "") if x)
     cell = "; ".join(x for x in (what, extra) if x) or "as it is"

@@ -89,7 +89,8 @@ class Entry:
     statement added after (``trainer.zero_grad()``). ``needs_pair``: converted only as the
     statement an argument ``moves`` to (``loss.backward()`` before ``trainer.step(n)``),
     else marked with this reason. ``kind = "remove"``: the statement that is only this
-    call goes (``net.hybridize()``)."""
+    call goes (``net.hybridize()``). ``result``: code appended to the converted call, for
+    an output whose shape differs (``.unsqueeze(-1)``: fluid's per-sample loss is [N, 1])."""
 
     source: str
     target: str
@@ -110,6 +111,7 @@ class Entry:
     unknown_receiver: str = ""
     then: str = ""
     needs_pair: str = ""
+    result: str = ""
 
     @property
     def is_method(self) -> bool:
@@ -215,6 +217,7 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
         unknown_receiver=raw.get("unknown_receiver", ""),
         then=raw.get("then", ""),
         needs_pair=raw.get("needs_pair", ""),
+        result=raw.get("result", ""),
     )
 
 

@@ -338,9 +338,11 @@ class PortTransformer(cst.CSTTransformer):
         if original in self._scheduler_of:
             first = cst.Arg(cst.Name(self._scheduler_of[original]))
             new_args = [first.with_changes(comma=_COMMA) if new_args else first, *new_args]
-        call = updated.with_changes(
+        call: cst.BaseExpression = updated.with_changes(
             func=self._target_expr(original.func, converted.target), args=new_args
         )
+        if entry.result:  # the output's shape, as the source's (table.Entry.result)
+            call = cst.parse_expression(code(call) + entry.result)
         self._done(original, api)
         return self._wrapped(found.framework, call, converted.wraps, converted.before)
 
