@@ -3,7 +3,7 @@
 oneDNN, torch's CPU convolution library, works in channels-last order: a model kept in
 torch's default NCHW order pays a reorder of every convolution's input, output and
 gradients on each call. Keeping the weights and the inputs channels-last removes them:
-LeNet (batch 256, 2 threads, fp32) measured 1.5-1.8x faster eager and ~1.2x faster
+LeNet (batch 256, 2 threads, fp32) measured 1.5-1.8x faster eager and 1.0-1.3x faster
 compiled on this project's 2-vCPU CPU (docs/performance.md, "Channels-last convolutions on
 a CPU"). The values are the same tensors in another order; only the summation order inside
 a convolution can differ (float32 rounding). It applies where it was measured and nowhere
