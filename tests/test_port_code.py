@@ -204,13 +204,9 @@ def test_seed_tutorial_conversion_rates() -> None:
     assert "    model = MNIST()" not in single.code  # the guard's body is unindented
     assert "model = MNIST()" in single.code.splitlines()
     multi = convert_source((FIXTURES / "paddle_mnist_multi.py").read_text(encoding="utf-8"))
-    assert (len(multi.report.lines), len(multi.report.converted_lines)) == (18, 10)
-    assert set(multi.report.unconverted) == {
-        "paddle.fluid.dygraph.parallel.Env", "paddle.fluid.dygraph.parallel.prepare_context",
-        "paddle.fluid.dygraph.parallel.DataParallel", ".scale_loss", ".apply_collective_grads",
-        "paddle.fluid.contrib.reader.distributed_batch_reader", "paddle.batch",
-        "paddle.dataset.mnist.test",
-    }  # fmt: skip
+    assert (len(multi.report.lines), len(multi.report.converted_lines)) == (18, 17)
+    # the data-parallel calls convert (tests/test_port_code_fluid_multi.py runs them)
+    assert set(multi.report.unconverted) == {"paddle.batch", "paddle.dataset.mnist.test"}
 
 
 def _snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
@@ -260,7 +256,7 @@ def test_command_on_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert (out / "pkg" / "ops.py").read_text() == "import torch\nz = torch.abs(x)\n"
     assert (out / "paddle_mnist_single.py").exists() and (out / "paddle_mnist_multi.py").exists()
     printed = capsys.readouterr().out
-    assert "total: 29/37 lines converted (78%) in 3 file(s)" in printed
+    assert "total: 36/37 lines converted (97%) in 3 file(s)" in printed
     assert main(["port-code", str(src), "-o", str(src / "inside")]) == 2
     assert not (src / "inside").exists()
 
@@ -319,16 +315,20 @@ def test_gluon_step_divides_the_loss_zeroes_the_gradients_and_marks_what_it_cann
     ]
     assert result.report.reasons() == {
         ".step": "a `.step(...)` whose receiver is not seen made by gluon.Trainer in this file",
-        ".backward": "Gluon overwrites the gradients at each backward, PyTorch adds to them: "
-        "converted where a `trainer.step(n)` follows in the same block (it zeroes them); "
-        "elsewhere zero them first (`x.grad = None`) and write `loss.sum().backward()`",
     }
-    assert "x.requires_grad_()" in lines and "other.step(8)" in lines and "z.backward()" in lines
+    assert "x.requires_grad_()" in lines and "other.step(8)" in lines
+    # no step after it: Gluon's overwriting backward, a helper defined once after the imports
+    assert (
+        "gluon_backward(z)" in lines
+        and lines.count("def gluon_backward(loss, retain_graph=False):") == 1
+    )
 
 
 def test_d2l_mxnet_seed_conversion_rate() -> None:
     seed = convert_source((FIXTURES / "d2l_multi_gpu_mxnet.py").read_text(encoding="utf-8"))
-    assert (len(seed.report.lines), len(seed.report.converted_lines)) == (38, 37)
-    assert dict(seed.report.unconverted) == {".backward": 1}  # `for l in ls: l.backward()`
+    # `for l in ls: l.backward()` -> gluon_backward(l); d2l.sgd -> d2lzh_sgd; the book's
+    # data loader is marked with what to supply (tests/test_port_code_d2l_seed.py runs it)
+    assert (len(seed.report.lines), len(seed.report.converted_lines)) == (40, 39)
+    assert dict(seed.report.unconverted) == {"d2lzh.load_data_fashion_mnist": 1}
     code = [line for line in seed.code.splitlines() if not line.lstrip().startswith("#")]
     assert not [line for line in code if "mxnet" in line or "nd." in line or "autograd" in line]

@@ -28,9 +28,10 @@ def test_paddle_3_has_no_fluid() -> None:
         __import__("paddle.fluid")
 
 
-def _tiny_mnist(path: Path, seed: int = 0) -> None:
+def _tiny_mnist(path: Path, seed: int = 0, train: int = 200) -> None:
     """The tutorial's ``mnist.json.gz`` layout: [train, valid, eval], each [images, labels]
-    with flat 784-pixel images; 200 training images (2 batches of 100 per epoch)."""
+    with flat 784-pixel images; ``train`` training images (200: 2 batches of 100 per
+    epoch)."""
     rng = np.random.default_rng(seed)
 
     def part(n: int) -> list:
@@ -38,7 +39,7 @@ def _tiny_mnist(path: Path, seed: int = 0) -> None:
 
     path.parent.mkdir(parents=True)
     with gzip.open(path, "wt") as f:
-        json.dump([part(200), part(20), part(20)], f)
+        json.dump([part(train), part(20), part(20)], f)
 
 
 def test_mnist_seed_converted_trains_on_torch(

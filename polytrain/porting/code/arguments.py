@@ -21,7 +21,7 @@ import libcst as cst
 from polytrain.porting.code.table import ANY, Arg, Entry, literal
 
 TYPE_INT, TYPE_LIST = "<int>", "<list>"  # target_by keys matching a kind of literal
-STDLIB = ("math",)  # modules the table's code may name: imported where it does
+STDLIB = ("math", "os", "types")  # modules the table's code may name: imported where it does
 
 NO_SPACE = cst.AssignEqual(
     whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
@@ -255,8 +255,12 @@ def _keyword(name: str, value: cst.BaseExpression, original: cst.Arg | None) -> 
     return cst.Arg(value=value, keyword=cst.Name(name), equal=equal)
 
 
-def convert_arguments(entry: Entry, args: Sequence[cst.Arg], api: str) -> Converted:
-    """The converted call's target, arguments and wrapping layers (NotConverted if not)."""
+def convert_arguments(
+    entry: Entry, args: Sequence[cst.Arg], api: str, receiver: str | None = None
+) -> Converted:
+    """The converted call's target, arguments and wrapping layers (NotConverted if not).
+    An ``expression`` entry's target comes back filled in (``$name``, ``$self``: the
+    method's ``receiver``), with no arguments."""
     bound = _bind(entry, args, api)
     target, chooser = _target(entry, bound)
     emitted: list[tuple[str, cst.BaseExpression, _Bound | None]] = []
@@ -264,7 +268,8 @@ def convert_arguments(entry: Entry, args: Sequence[cst.Arg], api: str) -> Conver
     before: list[str] = []
     moved: dict[str, cst.BaseExpression] = {}
     edits = _edits(bound, api)
-    refs = _Refs(entry, {b.spec.name: code(b.node.value).strip() for b in bound})
+    values = {b.spec.name: code(b.node.value).strip() for b in bound}
+    refs = _Refs(entry, {**values, **({"self": receiver} if receiver is not None else {})})
     for b in bound:
         if b.spec.name == chooser:
             continue
@@ -298,6 +303,8 @@ def convert_arguments(entry: Entry, args: Sequence[cst.Arg], api: str) -> Conver
             before.append(default)
         elif default is not None and spec.target_name:
             emitted.append((spec.target_name, cst.parse_expression(refs.fill(default)), None))
+    if entry.kind == "expression":
+        return Converted(refs.fill(target), [], imports=refs.imports)
     emitted = _tuples(entry, emitted)
     laid = _layout(entry, emitted, args)
     return Converted(target, laid, wraps, before, moved, refs.imports)

@@ -16,6 +16,7 @@ from polytrain.porting.code.imports import (
     bindings,
     keepable_aliases,
     used_locals,
+    with_helpers,
 )
 from polytrain.porting.code.report import FileReport
 from polytrain.porting.code.table import Framework, frameworks
@@ -52,6 +53,6 @@ def convert_source(
     aliases = keepable_aliases(module, tables, still_used)
     converted, transformer = _pass(module, tables, aliases)
     rewriter = ImportRewriter(tables, still_used, aliases, transformer.needs_root)
-    final = converted.visit(rewriter)
+    final = with_helpers(converted.visit(rewriter), transformer.helpers)
     uses = sorted(transformer.uses, key=lambda u: u.line)
     return Result(final.code, FileReport(path, uses))

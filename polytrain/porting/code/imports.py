@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import takewhile
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider, QualifiedNameSource
@@ -204,14 +205,33 @@ class ImportRewriter(cst.CSTTransformer):
         return updated.with_changes(body=[*body[:at], statement, *body[at:]])
 
 
+def with_helpers(module: cst.Module, helpers: Mapping[str, str]) -> cst.Module:
+    """``module`` with the table helpers (name -> code) its converted code calls defined
+    after its leading imports, two blank lines around each."""
+    if not helpers:
+        return module
+    body = list(module.body)
+    at = _after_preamble(body, imports=True)
+    blank = [cst.EmptyLine(), cst.EmptyLine()]
+    defs = [
+        cst.parse_statement(helpers[n]).with_changes(leading_lines=blank) for n in sorted(helpers)
+    ]
+    if at < len(body):
+        lead = list(body[at].leading_lines)
+        empty = len(list(takewhile(lambda line: line.comment is None, lead)))
+        body[at] = body[at].with_changes(leading_lines=[*blank[: max(0, 2 - empty)], *lead])
+    return module.with_changes(body=[*body[:at], *defs, *body[at:]])
+
+
 def _small(text: str) -> cst.BaseSmallStatement:
     stmt = cst.parse_statement(text)
     assert isinstance(stmt, cst.SimpleStatementLine)
     return stmt.body[0]
 
 
-def _after_preamble(body: Sequence[cst.CSTNode]) -> int:
-    """Index after a docstring and ``from __future__`` imports."""
+def _after_preamble(body: Sequence[cst.CSTNode], imports: bool = False) -> int:
+    """Index after a docstring and ``from __future__`` imports (every leading import with
+    ``imports``)."""
     at = 0
     for i, stmt in enumerate(body):
         if not isinstance(stmt, cst.SimpleStatementLine):
@@ -223,7 +243,8 @@ def _after_preamble(body: Sequence[cst.CSTNode]) -> int:
             and small.module is not None
             and (_dotted(small.module) == "__future__")
         )
-        if doc or future:
+        other = imports and all(isinstance(s, cst.Import | cst.ImportFrom) for s in stmt.body)
+        if doc or future or other:
             at = i + 1
         else:
             break

@@ -25,7 +25,7 @@ ARG_KEYS = {
     "name", "to", "drop", "convert", "template", "default", "why", "wrap", "others", "edits",
     "before", "need", "spread", "moves",
 }  # fmt: skip
-KINDS = ("call", "reference", "method", "context", "scheduler", "remove")
+KINDS = ("call", "reference", "method", "context", "scheduler", "remove", "expression")
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,13 @@ class Entry:
     statement an argument ``moves`` to (``loss.backward()`` before ``trainer.step(n)``),
     else marked with this reason. ``kind = "remove"``: the statement that is only this
     call goes (``net.hybridize()``). ``result``: code appended to the converted call, for
-    an output whose shape differs (``.unsqueeze(-1)``: fluid's per-sample loss is [N, 1])."""
+    an output whose shape differs (``.unsqueeze(-1)``: fluid's per-sample loss is [N, 1]).
+    ``unpaired``: a helper of the table (``[framework.helpers]``) a ``needs_pair`` method
+    becomes where no pair is found, called with the receiver and the arguments
+    (``gluon_backward(loss)``); the helper is then defined in the converted file.
+    ``kind = "expression"``: the use becomes ``target`` itself, code in which ``$name`` is
+    the argument's value (its ``default`` when absent) and ``$self`` a method's receiver
+    (``$loss / torch.distributed.get_world_size()``); every argument kept must appear."""
 
     source: str
     target: str
@@ -112,6 +118,7 @@ class Entry:
     then: str = ""
     needs_pair: str = ""
     result: str = ""
+    unpaired: str = ""
 
     @property
     def is_method(self) -> bool:
@@ -125,7 +132,8 @@ class Entry:
 class Framework:
     """A source framework's table: its import root, the target's, the module equivalents
     (an alias of a source module becomes an alias of its target module), what a wrapped
-    layer is wrapped in, and the entries by source name."""
+    layer is wrapped in, and the entries by source name. ``helpers``: functions (name ->
+    their code) a converted use may call; each one used is defined in the converted file."""
 
     name: str
     root: str
@@ -135,6 +143,7 @@ class Framework:
     entries: Mapping[str, Entry]
     methods: Mapping[str, Entry]
     same: Mapping[str, str] = field(default_factory=dict)
+    helpers: Mapping[str, str] = field(default_factory=dict)
 
     def canonical(self, name: str) -> str:
         """``name`` with a module synonym replaced (``mxnet.ndarray.zeros`` is
@@ -193,6 +202,8 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
     kind = raw.get("kind", "method" if raw["source"].startswith(".") else "call")
     if kind not in KINDS:
         raise ConfigError(f"{where}: kind {kind!r} is not one of {', '.join(KINDS)}.")
+    if kind == "expression":
+        _check_expression(raw, where)
     target_by = None
     if "target_by" in raw:
         by = raw["target_by"]
@@ -218,7 +229,31 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
         then=raw.get("then", ""),
         needs_pair=raw.get("needs_pair", ""),
         result=raw.get("result", ""),
+        unpaired=raw.get("unpaired", ""),
     )
+
+
+def _check_expression(raw: Mapping[str, Any], where: str) -> None:
+    """An expression entry names each argument it keeps (one left out would vanish)."""
+    target = raw.get("target", "")
+    for a in raw.get("args", ()):
+        name = a if isinstance(a, str) else a.get("name", "")
+        kept = isinstance(a, str) or a.get("to", "") != "-"
+        if kept and f"${name}" not in target:
+            raise ConfigError(f"{where}: the expression does not use the argument `{name}`.")
+
+
+def _helpers(raw: Mapping[str, str], where: str) -> dict[str, str]:
+    """``[framework.helpers]``: each is the code of one function of that name."""
+    for name, text in raw.items():
+        try:
+            tree = ast.parse(text)
+        except SyntaxError as exc:
+            raise ConfigError(f"{where}: helper {name} does not parse ({exc.msg}).") from exc
+        defs = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+        if defs != [name] or len(tree.body) != 1:
+            raise ConfigError(f"{where}: helper {name} must be one function named {name}.")
+    return dict(raw)
 
 
 def load_framework(path: Path) -> Framework:
@@ -233,6 +268,10 @@ def load_framework(path: Path) -> Framework:
         if entry.source in book:
             raise ConfigError(f"{path.name}: {entry.source} is in the table twice.")
         book[entry.source] = entry
+    helpers = _helpers(head.get("helpers", {}), path.name)
+    for entry in (*entries.values(), *methods.values()):
+        if entry.unpaired and entry.unpaired not in helpers:
+            raise ConfigError(f"{path.name}: {entry.source}: no helper {entry.unpaired}.")
     return Framework(
         name=head["name"],
         root=head["root"],
@@ -242,6 +281,7 @@ def load_framework(path: Path) -> Framework:
         entries=entries,
         methods=methods,
         same=dict(head.get("same", {})),
+        helpers=helpers,
     )
 
 
@@ -260,6 +300,7 @@ def frameworks() -> dict[str, Framework]:
                 old.name, old.root, old.target_root, {**old.modules, **fw.modules},
                 old.sequential or fw.sequential, {**old.entries, **fw.entries},
                 {**old.methods, **fw.methods}, {**old.same, **fw.same},
+                {**old.helpers, **fw.helpers},
             )  # fmt: skip
         merged[fw.root] = fw
     return merged

@@ -76,6 +76,7 @@ class PortTransformer(cst.CSTTransformer):
         self._paired: set[cst.CSTNode] = set()  # step calls whose argument moved
         self._then: dict[cst.CSTNode, str] = {}  # statement -> a statement added after it
         self._removed: set[cst.CSTNode] = set()
+        self.helpers: dict[str, str] = {}  # table helpers the converted code calls: name -> code
 
     # -- lookups ------------------------------------------------------------------------
 
@@ -132,7 +133,15 @@ class PortTransformer(cst.CSTTransformer):
         for fw in self.tables.values():
             if text == fw.target_root or text.startswith(fw.target_root + "."):
                 self.needs_root.add(fw.target_root)
+            if text in fw.helpers:
+                self._helper(fw, text)
         return cst.parse_expression(text)
+
+    def _helper(self, fw: Framework, name: str) -> None:
+        """A table helper the converted code calls: defined in the file, its imports added."""
+        self.helpers[name] = fw.helpers[name]
+        if f"{fw.target_root}." in fw.helpers[name]:
+            self.needs_root.add(fw.target_root)
 
     def _table_code(self, fw: Framework, text: str) -> cst.BaseExpression:
         """Code from the table (a converted value, a wrapping layer): its target names are
@@ -334,6 +343,9 @@ class PortTransformer(cst.CSTTransformer):
             self._left(original, api, str(exc))
             return updated
         self.needs_root.update(converted.imports)
+        if entry.kind == "expression":
+            self._done(original, api)
+            return self._table_code(found.framework, converted.target)
         new_args = converted.args
         if original in self._scheduler_of:
             first = cst.Arg(cst.Name(self._scheduler_of[original]))
@@ -396,19 +408,27 @@ class PortTransformer(cst.CSTTransformer):
             return self._context(original, updated, api)
         if entry.kind == "remove":
             return self._remove(original, updated, entry, api)
-        if entry.needs_pair and original not in self._divisor:
+        unpaired = bool(entry.needs_pair) and original not in self._divisor
+        if unpaired and not entry.unpaired:
             self._left(original, api, entry.needs_pair)
             return updated
+        receiver = updated.func.value
         try:
-            converted = convert_arguments(entry, updated.args, api)
+            converted = convert_arguments(entry, updated.args, api, code(receiver).strip())
         except NotConverted as exc:
             self._left(original, api, str(exc))
             return updated
+        if entry.kind == "expression":
+            return self._method_expression(original, api, converted.target, converted.imports)
+        if unpaired:  # ``gluon_backward(loss)``: the table's helper, called with the receiver
+            helper = entry.unpaired
+            self._helper(next(f for f in self.imported if helper in f.helpers), helper)
+            self._done(original, api)
+            return cst.Call(cst.Name(helper), [cst.Arg(receiver), *converted.args])
         if converted.moved and original not in self._paired:
             why = next(a.why for a in entry.args if a.moves)
             self._left(original, api, why)
             return updated
-        receiver = updated.func.value
         divisor = self._divisor.get(original)
         if divisor is not None and not _is_one(divisor):
             receiver = cst.parse_expression(f"({code(receiver)} / {code(divisor)})")
@@ -423,6 +443,16 @@ class PortTransformer(cst.CSTTransformer):
             self._then[self._statement(original)] = code(updated.func.value) + entry.then + "()"
         assert isinstance(func, cst.BaseExpression)
         return updated.with_changes(func=func, args=converted.args)
+
+    def _method_expression(
+        self, original: cst.Call, api: str, text: str, imports: set[str]
+    ) -> cst.BaseExpression:
+        """A method call replaced by its entry's expression (``$self`` filled in)."""
+        self._done(original, api)
+        self.needs_root.update(imports)
+        roots = {fw.target_root for fw in self.imported if f"{fw.target_root}." in text}
+        self.needs_root.update(roots)
+        return cst.parse_expression(text)
 
     def _context(self, original: cst.Call, updated: cst.Call, api: str) -> cst.BaseExpression:
         """``with <api>(...):`` whose target is nothing to enter: the body stays, unindented."""
