@@ -33,3 +33,14 @@ def test_layout_benchmark_runs_both_orders(capsys: pytest.CaptureFixture[str]) -
     out = capsys.readouterr().out
     assert re.search(r"eager NCHW +ms/step median", out)
     assert re.search(r"eager channels-last +ms/step median .* speedup over NCHW \d", out)
+
+
+def test_paddle_conv_bias_benchmark_runs_both(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("paddle")
+    from benchmarks import paddle_conv_bias
+
+    assert paddle_conv_bias.main(["--steps", "1", "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    losses = re.findall(r"last loss ([0-9.]+)", out)
+    assert re.search(r"polytrain's _Conv2D +wall ms/step .* speedup \d", out)
+    assert len(losses) == 2 and abs(float(losses[0]) - float(losses[1])) < 1e-4

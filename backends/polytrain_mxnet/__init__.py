@@ -13,6 +13,7 @@ from polytrain.backend.native_format import NativeFormat
 from polytrain.distributed.launcher import Launcher
 
 from ._compat import mxnet_incompatibility
+from ._engine import choose_engine
 
 
 def _backend_class() -> type[Backend]:
@@ -42,11 +43,9 @@ def polytrain_register_backends(register: Callable[[BackendInfo], None]) -> None
             framework="mxnet",
             distribution="mxnet",
             extra="mxnet",
-            # One core less by default: the engine's worker thread runs the operators while
-            # the Python thread queues the next ones; OpenMP on every core then
-            # oversubscribes them (measured: 1 thread 6-18% faster than 2 on 2 cores,
-            # docs/performance.md).
-            factory=backend_factory(_backend_class, reserve_threads=1),
+            # NaiveEngine and every core for one process; the threaded engine and one core
+            # less for its worker thread in a parameter-server launch (_engine.py)
+            factory=backend_factory(_backend_class, reserve_threads=choose_engine),
             description="Apache MXNet 1.9 (Gluon, kvstore local/device/dist_sync)",
             order=30,
             collectives="kvstore dist_sync (ps-lite)",

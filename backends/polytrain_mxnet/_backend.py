@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import os
 import sys
+import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
@@ -36,6 +37,7 @@ from polytrain.utils.fileio import atomic_path
 from polytrain.utils.threads import cpu_count
 
 from . import _devices, _inspect, _losses, _parallel, _precision
+from ._engine import NAIVE, engine
 from ._layers import build, canonical, hybridize
 from ._model import MXNetModel
 from ._optim import MXNetOptimizer
@@ -53,6 +55,28 @@ def _engine_omp_threads() -> int:
 
 
 _ENGINE_OMP_THREADS = _engine_omp_threads()
+_ENGINE = engine()  # as mxnet read it at its import, above
+
+
+def _start_engine_quietly() -> None:
+    """Create MXNet's engine now, without the line it logs to stderr when
+    MXNET_ENGINE_TYPE is set (the run header shows the engine: ``engine_workers=0`` is
+    NaiveEngine); anything else it writes passes through. A no-op once the engine runs."""
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as captured:
+        saved = os.dup(2)
+        os.dup2(captured.fileno(), 2)
+        try:
+            mx.nd.waitall()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        lines = captured.read().decode(errors="replace").splitlines(keepends=True)
+    sys.stderr.write("".join(ln for ln in lines if "MXNet start using engine" not in ln))
+
+
+_start_engine_quietly()
 
 
 def _reason(exc: mx.base.MXNetError) -> str:
@@ -62,7 +86,10 @@ def _reason(exc: mx.base.MXNetError) -> str:
 
 
 def _engine_error(exc: mx.base.MXNetError, what: str) -> BackendError:
-    """A readable error for a failure the asynchronous engine reports at a sync point."""
+    """A readable error for a failure the engine reports at a sync point (the threaded
+    engine: of any operation queued before it)."""
+    if _ENGINE == NAIVE:
+        return BackendError(f"MXNet failed while {what}: {_reason(exc)}.")
     return BackendError(
         f"MXNet failed while {what}: {_reason(exc)}. MXNet runs asynchronously, so the failing "
         "operation may be any one queued before this point; run with "
@@ -86,7 +113,8 @@ class MXNetBackend(Backend):
         return str(mx.__version__)
 
     def threads(self) -> dict[str, int]:
-        workers = int(os.environ.get("MXNET_CPU_WORKER_NTHREADS", "1"))
+        # NaiveEngine runs each operator in the calling thread: no worker threads
+        workers = 0 if _ENGINE == NAIVE else int(os.environ.get("MXNET_CPU_WORKER_NTHREADS", "1"))
         return {"intra_op": _ENGINE_OMP_THREADS, "engine_workers": workers}
 
     def set_threads(self, n: int) -> None:

@@ -57,6 +57,8 @@ from polytrain.distributed.watchdog import PROGRESS_DIR_VAR
 from polytrain.distributed.worker_log import die_with_parent, full_log_dir, obeyed
 from polytrain.errors import ClusterError
 
+from ._engine import launched_env
+
 POLL_SECONDS = 0.2
 SERVER_EXIT_SECONDS = 30.0
 TERMINATE_SECONDS = 5.0
@@ -131,7 +133,7 @@ class _Proc:
 def dmlc_env(spec: LaunchSpec, role: str, base: dict[str, str], host: str) -> dict[str, str]:
     """The ps-lite variables of one process of this node."""
     env = {
-        **base,
+        **launched_env(base),
         "DMLC_ROLE": role,
         "DMLC_PS_ROOT_URI": spec.master_addr,
         "DMLC_PS_ROOT_PORT": str(spec.master_port),

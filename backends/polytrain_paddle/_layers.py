@@ -15,6 +15,7 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 from paddle import nn
+from paddle.autograd import PyLayer
 
 from polytrain.errors import BackendError
 from polytrain.neutral import dropout_masks, models
@@ -35,6 +36,33 @@ class _Residual(nn.Layer):
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
         s = x if self.shortcut is None else self.shortcut(x)
         return F.relu(self.body(x) + s)
+
+
+class _ChannelBias(PyLayer):
+    """``y + b`` over the channels of an NCHW ``y``, whose backward sums the gradient over
+    N, H and W in one reduction: Paddle's broadcast add spent ~20 ms per LeNet step there
+    (docs/performance.md, "Paddle's convolution bias")."""
+
+    @staticmethod
+    def forward(ctx: object, y: paddle.Tensor, b: paddle.Tensor) -> paddle.Tensor:
+        return y + b.reshape([1, -1, 1, 1])
+
+    @staticmethod
+    def backward(ctx: object, grad: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
+        return grad, grad.sum(axis=[0, 2, 3])
+
+
+class _Conv2D(nn.Conv2D):
+    """Paddle's Conv2D (same parameters and names) whose bias is added by
+    :class:`_ChannelBias` in dygraph; compiled (to_static) it is Paddle's own."""
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        if self.bias is None or not paddle.in_dynamic_mode():
+            return super().forward(x)
+        y = F.conv2d(
+            x, self.weight, None, self._stride, self._padding, self._dilation, self._groups
+        )
+        return cast(paddle.Tensor, _ChannelBias.apply(y, self.bias))
 
 
 class _BatchNorm2D(nn.BatchNorm2D):
@@ -200,7 +228,7 @@ def build(layer: models.Layer) -> nn.Layer:
         short = None if layer.shortcut is None else build(layer.shortcut)
         return _Residual(build(layer.body), short)
     if isinstance(layer, models.Conv2d):
-        return nn.Conv2D(
+        return _Conv2D(
             layer.in_channels,
             layer.out_channels,
             layer.kernel_size,

@@ -13,16 +13,18 @@ if TYPE_CHECKING:
 
 
 def backend_factory(
-    load: Callable[[], type[Backend]], *, reserve_threads: int = 0
+    load: Callable[[], type[Backend]], *, reserve_threads: int | Callable[[], int] = 0
 ) -> Callable[[BackendOptions], Backend]:
     """A factory that resolves the thread count and exports it to the OpenMP/BLAS
     variables *before* ``load()`` imports the framework (which reads them then; paddle
     even sets ``OMP_NUM_THREADS=1`` when it is unset), builds the backend class ``load``
     returns, and applies the count through the framework's own setter.
-    ``reserve_threads``: cores left to threads the framework runs besides its pool."""
+    ``reserve_threads``: cores left to threads the framework runs besides its pool, or a
+    function that sets the plugin's other before-import variables and returns that count."""
 
     def factory(options: BackendOptions) -> Backend:
-        threads = resolve_threads(options.threads, reserve=reserve_threads)
+        reserve = reserve_threads() if callable(reserve_threads) else reserve_threads
+        threads = resolve_threads(options.threads, reserve=reserve)
         export_thread_env(threads)
         backend = load()(options)
         backend.set_threads(threads)
