@@ -37,7 +37,7 @@ from polytrain.utils.fileio import atomic_path
 from polytrain.utils.threads import cpu_count
 
 from . import _devices, _inspect, _losses, _parallel, _precision
-from ._engine import NAIVE, engine
+from ._engine import ENGINE_VAR, NAIVE, engine
 from ._layers import build, canonical, hybridize
 from ._model import MXNetModel
 from ._optim import MXNetOptimizer
@@ -61,7 +61,10 @@ _ENGINE = engine()  # as mxnet read it at its import, above
 def _start_engine_quietly() -> None:
     """Create MXNet's engine now, without the line it logs to stderr when
     MXNET_ENGINE_TYPE is set (the run header shows the engine: ``engine_workers=0`` is
-    NaiveEngine); anything else it writes passes through. A no-op once the engine runs."""
+    NaiveEngine); anything else it writes passes through. MXNet logs that line only for a
+    set engine; without one the engine starts at the first operator, as MXNet starts it."""
+    if ENGINE_VAR not in os.environ:
+        return
     sys.stderr.flush()
     with tempfile.TemporaryFile() as captured:
         saved = os.dup(2)

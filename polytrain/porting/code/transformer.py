@@ -435,10 +435,7 @@ class PortTransformer(cst.CSTTransformer):
         chain = cst.parse_expression(_RECEIVER + converted.target)
         func = chain.visit(_Receiver(receiver))
         self._done(original, api)
-        written = "".join(code(a) for a in converted.args)
-        self.needs_root.update(
-            fw.target_root for fw in self.imported if f"{fw.target_root}." in written
-        )
+        self._roots_named("".join(code(a) for a in converted.args))
         if entry.then:
             self._then[self._statement(original)] = code(updated.func.value) + entry.then + "()"
         assert isinstance(func, cst.BaseExpression)
@@ -450,9 +447,15 @@ class PortTransformer(cst.CSTTransformer):
         """A method call replaced by its entry's expression (``$self`` filled in)."""
         self._done(original, api)
         self.needs_root.update(imports)
-        roots = {fw.target_root for fw in self.imported if f"{fw.target_root}." in text}
-        self.needs_root.update(roots)
+        self._roots_named(text)
         return cst.parse_expression(text)
+
+    def _roots_named(self, written: str) -> None:
+        """The target roots (``torch``) that code written into a method's use names: their
+        imports are added."""
+        self.needs_root.update(
+            fw.target_root for fw in self.imported if f"{fw.target_root}." in written
+        )
 
     def _context(self, original: cst.Call, updated: cst.Call, api: str) -> cst.BaseExpression:
         """``with <api>(...):`` whose target is nothing to enter: the body stays, unindented."""
