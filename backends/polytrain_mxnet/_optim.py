@@ -13,6 +13,7 @@ from typing import Any
 
 import mxnet as mx
 import numpy as np
+from mxnet import autograd
 
 from polytrain.backend.base import Model
 from polytrain.neutral.optim import STATE_SLOTS, Optimizer, OptimizerConfig
@@ -33,6 +34,8 @@ class MXNetOptimizer(Optimizer):
             n: [{} for _ in model.devices] for n, _ in self.params
         }
         self._all_params = model.native.collect_params()  # walks the block tree: once
+        # the (arrays, gradients) marked grad_req 'write' by zero_grad_for_one_backward
+        self._written: tuple[list[Any], list[Any]] | None = None
 
     def step(self) -> None:
         self.step_count += 1
@@ -97,7 +100,41 @@ class MXNetOptimizer(Optimizer):
                 mx.nd.sgd_update(w, g, lr=lr, wd=0.0, out=w)
 
     def zero_grad(self) -> None:
+        if self._written is not None:  # back to grad_req 'add' (set at build_model)
+            datas, grads = self._written
+            autograd.mark_variables(datas, grads, "add")
+            self._written = None
         self._all_params.zero_grad()
+
+    def zero_grad_for_one_backward(self) -> None:
+        """grad_req 'write' for the step's one backward per context: no zeroing pass, and
+        no add into the gradient in every layer's backward (docs/performance.md, "MXNet's
+        gradients"). The variables are marked again only when their arrays changed."""
+        datas, grads = self._pairs()
+        written = self._written
+        if written is None or not _same(written[0], datas) or not _same(written[1], grads):
+            autograd.mark_variables(datas, grads, "write")
+            self._written = (datas, grads)
+        for d in datas:
+            d._fresh_grad = False  # backward sets it where it wrote the gradient
+
+    def gradients_done(self) -> None:
+        """Zero the gradients the backward did not reach (under 'write' they keep the
+        last step's), as zero_grad and 'add' would have left them."""
+        if self._written is None:
+            return
+        stale = [g for d, g in zip(*self._written, strict=True) if not d._fresh_grad]
+        if stale:
+            mx.nd.reset_arrays(*stale, num_arrays=len(stale))
+
+    def _pairs(self) -> tuple[list[Any], list[Any]]:
+        """Every trainable parameter's arrays and gradients, on every context."""
+        datas: list[Any] = []
+        grads: list[Any] = []
+        for _, p in self.params:
+            datas += p.list_data()
+            grads += p.list_grad()
+        return datas, grads
 
     def get_slots(self) -> dict[str, dict[str, np.ndarray]]:
         names = STATE_SLOTS[self.config.name]
@@ -112,3 +149,8 @@ class MXNetOptimizer(Optimizer):
             for ctx, state in zip(self.model.devices, self.state[name], strict=True):
                 for slot, value in given.items():
                     state[slot] = mx.nd.array(np.asarray(value), ctx=ctx, dtype=p.dtype)
+
+
+def _same(old: list[Any], new: list[Any]) -> bool:
+    """The same array objects, in order (NDArray's == compares elements)."""
+    return len(old) == len(new) and all(a is b for a, b in zip(old, new, strict=True))

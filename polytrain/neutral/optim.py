@@ -103,6 +103,20 @@ class Optimizer(ABC):
     def zero_grad(self) -> None:
         """Reset every replica's gradients to zero (or none)."""
 
+    def zero_grad_for_one_backward(self) -> None:
+        """Ready the gradients for a step in which each replica runs one forward, recorded
+        after this call, and one backward of it; call :meth:`gradients_done` after those
+        backward calls. The gradients then equal what :meth:`zero_grad` and the same calls
+        give. By default it is :meth:`zero_grad`; a backend may let that one backward
+        overwrite the gradients instead of adding to zeros (MXNet, docs/performance.md)."""
+        self.zero_grad()
+
+    def gradients_done(self) -> None:
+        """The backward calls of a step readied by :meth:`zero_grad_for_one_backward` have
+        run: a backend whose backward overwrote the gradients zeroes those it did not
+        reach. Nothing to do by default."""
+        return None
+
     @abstractmethod
     def get_slots(self) -> dict[str, dict[str, np.ndarray]]:
         """Per canonical parameter name, its state slots as numpy (canonical layout)."""

@@ -133,12 +133,18 @@ class StepRunner:
         b, model, mp = self.backend, self.model, self.mixed_precision
         x = self._cast(x)
         denominator = global_count or len(x)
-        self.optimizer.zero_grad()
+        one_backward = self.accumulate == 1  # one forward and backward per replica
+        if one_backward:
+            self.optimizer.zero_grad_for_one_backward()
+        else:
+            self.optimizer.zero_grad()
         step = self.steps_taken if step is None else step
         self.steps_taken = step + 1
         masks = self.dropout_masks.step(step) if self.dropout_masks else contextlib.nullcontext()
         with masks, self._shapes_explained(x):
             losses, corrects, replicas = self._forward_backward(x, y, denominator)
+        if one_backward:
+            self.optimizer.gradients_done()
         b.sync_gradients(model)
         loss_sum = sum(float(b.to_numpy(v)) for v in losses)
         held = self.metrics_every > 1 and not any(isinstance(v, float) for v in corrects)
