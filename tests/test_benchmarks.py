@@ -1,5 +1,5 @@
 """The parity probe of benchmarks/ runs, and its fp64 verdict holds on a small model; the
-layout benchmark runs."""
+layout, Paddle conv-bias and torch malloc benchmarks run."""
 
 from __future__ import annotations
 
@@ -44,3 +44,15 @@ def test_paddle_conv_bias_benchmark_runs_both(capsys: pytest.CaptureFixture[str]
     losses = re.findall(r"last loss ([0-9.]+)", out)
     assert re.search(r"polytrain's _Conv2D +wall ms/step .* speedup \d", out)
     assert len(losses) == 2 and abs(float(losses[0]) - float(losses[1])) < 1e-4
+
+
+def test_torch_malloc_benchmark_runs_both(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    from benchmarks import torch_malloc
+
+    argv = ["--steps", "2", "--repeats", "2", "--threads", "1", "--loop", "native"]
+    assert torch_malloc.main(argv) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"system +\(system: POLYTRAIN_TORCH_MALLOC=system\): .* page faults", out)
+    assert re.search(r"reuse +\((reuse|system: [^)]*)\): .* page faults per step", out)
+    assert re.search(r"reuse/system samples/s: median \d", out)

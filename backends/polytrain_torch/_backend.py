@@ -31,7 +31,7 @@ from polytrain.neutral.optim import Optimizer, OptimizerConfig
 from polytrain.neutral.sharding import shard_bounds
 from polytrain.utils.fileio import atomic_path
 
-from . import _compile, _devices, _inspect, _layout, _losses, _parallel, _precision
+from . import _compile, _devices, _inspect, _layout, _losses, _malloc, _parallel, _precision
 from ._layers import build, unwrap
 from ._model import TorchModel
 from ._optim import TorchOptimizer
@@ -62,6 +62,11 @@ class TorchBackend(Backend):
     name = "torch"
     framework = "torch"
     native_suffix = ".pt"
+
+    def __init__(self, options: Any = None) -> None:
+        super().__init__(options)
+        # glibc keeps the CPU memory torch frees for the next step: "reuse", or why not
+        self.malloc = _malloc.keep_freed_memory()
 
     # -- identity, threads, seeds ---------------------------------------------------------
 
