@@ -1,9 +1,11 @@
 """The parity probe of benchmarks/ runs, and its fp64 verdict holds on a small model; the
-layout, Paddle conv-bias and torch malloc benchmarks run."""
+layout, Paddle conv-bias, torch layers and torch malloc benchmarks run."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -44,6 +46,20 @@ def test_paddle_conv_bias_benchmark_runs_both(capsys: pytest.CaptureFixture[str]
     losses = re.findall(r"last loss ([0-9.]+)", out)
     assert re.search(r"polytrain's _Conv2D +wall ms/step .* speedup \d", out)
     assert len(losses) == 2 and abs(float(losses[0]) - float(losses[1])) < 1e-4
+
+
+def test_torch_layers_benchmark_runs_both() -> None:
+    pytest.importorskip("torch")
+    from benchmarks.run import ROOT
+
+    argv = ["--steps", "2", "--repeats", "2", "--threads", "1", "--batch-size", "16"]
+    cmd = [sys.executable, "-m", "benchmarks.torch_layers", *argv]  # its own threads
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert re.search(r"plain +: +\d+\.\d+ ms per step", out)
+    assert re.search(r"plain/polytrain time per step: \d\.\d+ \[", out)
+    assert "(equal)" in out
 
 
 def test_torch_malloc_benchmark_runs_both(capsys: pytest.CaptureFixture[str]) -> None:

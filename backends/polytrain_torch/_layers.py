@@ -12,6 +12,7 @@ from torch import nn
 from polytrain.errors import BackendError
 from polytrain.neutral import dropout_masks, models
 
+from ._layout import Flatten
 from ._rnn_layers import build_recurrent_layer
 from ._seq_layers import build_sequence_layer
 
@@ -24,7 +25,7 @@ class _Residual(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s = x if self.shortcut is None else self.shortcut(x)
-        return F.relu(self.body(x) + s)
+        return F.relu(self.body(x) + s, inplace=True)  # the sum is a fresh tensor
 
 
 class _SelfAttention(nn.MultiheadAttention):
@@ -59,9 +60,27 @@ def _parity_mask(x: torch.Tensor, p: float) -> torch.Tensor | None:
     return None if mask is None else torch.from_numpy(mask).to(x.device)
 
 
+#: layers whose output is a fresh tensor that their backward does not read: a ReLU right
+#: after one may overwrite it (docs/performance.md, "In-place ReLU (torch)")
+_FRESH_OUTPUT = (models.Conv2d, models.Linear, models.BatchNorm2d)
+
+
+def _build_sequential(layer: models.Sequential) -> nn.Sequential:
+    """The children in order; a ReLU after a :data:`_FRESH_OUTPUT` layer runs in place."""
+    modules: OrderedDict[str, nn.Module] = OrderedDict()
+    previous: models.Layer | None = None
+    for name, child in layer.layers:
+        if isinstance(child, models.ReLU) and isinstance(previous, _FRESH_OUTPUT):
+            modules[name] = nn.ReLU(inplace=True)
+        else:
+            modules[name] = build(child)
+        previous = child
+    return nn.Sequential(modules)
+
+
 def build(layer: models.Layer) -> nn.Module:
     if isinstance(layer, models.Sequential):
-        return nn.Sequential(OrderedDict((n, build(c)) for n, c in layer.layers))
+        return _build_sequential(layer)
     if isinstance(layer, models.Residual):
         short = None if layer.shortcut is None else build(layer.shortcut)
         return _Residual(build(layer.body), short)
@@ -93,7 +112,7 @@ def build(layer: models.Layer) -> nn.Module:
     if isinstance(layer, models.GlobalAvgPool2d):
         return nn.AdaptiveAvgPool2d(1)
     if isinstance(layer, models.Flatten):
-        return nn.Flatten()
+        return Flatten()  # nn.Flatten, gradients kept channels-last
     if isinstance(layer, models.Dropout):
         return _Dropout(layer.p)
     if isinstance(layer, models.MultiHeadSelfAttention):

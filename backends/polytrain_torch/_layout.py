@@ -35,3 +35,37 @@ def to_channels_last(x: torch.Tensor) -> torch.Tensor:
     """A 4-d batch in channels-last order (a no-copy view when it already is, e.g. one
     channel); other ranks unchanged."""
     return x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x
+
+
+def _is_channels_last_only(x: torch.Tensor) -> bool:
+    """4-d, channels-last and not also NCHW-contiguous (1x1 maps are both)."""
+    return (
+        x.dim() == 4
+        and x.is_contiguous(memory_format=torch.channels_last)
+        and not x.is_contiguous()
+    )
+
+
+def _channels_last_grad(grad: torch.Tensor) -> torch.Tensor:
+    return grad.contiguous(memory_format=torch.channels_last)
+
+
+class Flatten(nn.Flatten):
+    """``nn.Flatten`` whose channels-last input gets its gradient back channels-last.
+
+    Flattening a channels-last map copies it into NCHW order (the order the next Linear's
+    weights are in), so autograd hands the layer before it an NCHW gradient; a channels-last
+    pooling's backward given one takes its slow mixed-layout path (LeNet's second average
+    pooling: 1.62 ms against 0.22 ms with the reorder included; docs/performance.md,
+    "Gradients in the layout of their activations"). The values are unchanged."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (
+            x.requires_grad
+            and torch.is_grad_enabled()
+            and _is_channels_last_only(x)
+            and not torch.compiler.is_compiling()  # inductor chooses its own layouts
+        ):
+            x = x.view_as(x)  # the hook is the view's, not the caller's tensor's
+            x.register_hook(_channels_last_grad)
+        return super().forward(x)
