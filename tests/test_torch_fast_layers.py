@@ -119,3 +119,16 @@ def test_flatten_returns_a_channels_last_gradient() -> None:
     (grad,) = seen
     assert grad.is_contiguous(memory_format=torch.channels_last)
     np.testing.assert_array_equal(grad.numpy(), np.arange(300.0).reshape(4, 3, 5, 5))
+
+
+def test_built_model_traces_and_exports() -> None:
+    """An exported graph has no backward: no hook, no extra view in it."""
+    model = get_backend("torch").build_model(get_model_spec("lenet"))
+    net = model.replicas[0]
+    x = torch.randn(4, 1, 28, 28).contiguous(memory_format=torch.channels_last)
+    want = net(x)
+    traced = torch.jit.trace(net, x)
+    assert "view_as" not in str(traced.graph)
+    torch.testing.assert_close(traced(x), want, rtol=0, atol=0)
+    exported = torch.export.export(net, (x,))
+    torch.testing.assert_close(exported.module()(x), want, rtol=0, atol=0)

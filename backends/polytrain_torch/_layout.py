@@ -65,6 +65,7 @@ class Flatten(nn.Flatten):
             and torch.is_grad_enabled()
             and _is_channels_last_only(x)
             and not torch.compiler.is_compiling()  # inductor chooses its own layouts
+            and not torch.jit.is_tracing()  # an exported graph has no backward
         ):
             x = x.view_as(x)  # the hook is the view's, not the caller's tensor's
             x.register_hook(_channels_last_grad)
