@@ -89,7 +89,10 @@ def test_a_backend_without_a_profile_stays_eager_and_a_compiled_default_stays_on
         "no compiled mode that pays on this backend",
     )
     slower = CompileProfile("to_static", speedup=0.95, cold_s=1, warm_s=1, eager_sample_s=1)
-    assert decide(RunPlan(10**6, 256), profile=slower)[0] is False
+    assert decide(RunPlan(10**6, 256), profile=slower) == (
+        False,
+        "to_static measured no faster than eager (0.95x)",
+    )
     # MXNet's hybridize: nothing to repay, on even for one step and in fp64
     assert decide(RunPlan(1, 256, precision="fp64"), fast_default=True, profile=None) == (
         True,
@@ -135,8 +138,7 @@ def test_torch_compiles_into_the_users_cache_and_the_next_run_sees_it_warm(
 
     cold = trainer(None)
     assert not cold.backend.fast
-    assert cold.compile_choice.reason.startswith("7 planned steps < ")
-    assert "cold cache" in cold.compile_choice.reason
+    assert not _compile.is_warm(cold.compile_choice.fingerprint or "")
     first = trainer(True)  # --fast: compiles cold, then marks the cache warm for this model
     assert first.run_info().fast_reason == "--fast"
     graphs = counters["stats"]["unique_graphs"]
@@ -148,7 +150,7 @@ def test_torch_compiles_into_the_users_cache_and_the_next_run_sees_it_warm(
     assert _compile.is_warm(first.compile_choice.fingerprint or "")
     second = trainer(None)
     assert second.compile_choice.fingerprint == first.compile_choice.fingerprint
-    assert "warm cache" in second.compile_choice.reason
+    assert second.backend.compile_cache_warm(second.compile_choice.fingerprint or "")
 
 
 def test_the_model_work_counts_lenets_multiply_adds_by_hand() -> None:

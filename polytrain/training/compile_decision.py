@@ -75,8 +75,12 @@ def decide_compile(
         return CompileChoice(requested, "--fast" if requested else "--no-fast")
     if fast_default:
         return CompileChoice(True, "the backend's default, nothing to repay")
-    if profile is None or profile.speedup <= 1.0:
+    if profile is None:
         return CompileChoice(False, "no compiled mode that pays on this backend")
+    if profile.speedup <= 1.0:
+        return CompileChoice(
+            False, f"{profile.tool} measured no faster than eager ({profile.speedup:.2f}x)"
+        )
     if plan.precision == "fp64":
         return CompileChoice(False, "--precision fp64 keeps the frameworks' own kernels")
     if plan.processes > 1:
