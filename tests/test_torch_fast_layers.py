@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from benchmarks.torch_layers import plain_modules
 from polytrain import OptimizerConfig, get_backend, get_model_spec
 from polytrain.neutral.models import (
     BatchNorm2d,
@@ -65,16 +66,6 @@ def test_only_relus_after_fresh_outputs_run_in_place() -> None:
     }
 
 
-def plain_modules(model) -> None:
-    """torch's own modules as they come: ReLUs out of place, nn.Flatten."""
-    for parent in model.replicas[0].modules():
-        for name, m in parent.named_children():
-            if isinstance(m, nn.ReLU):
-                m.inplace = False
-            if isinstance(m, nn.Flatten) and type(m) is not nn.Flatten:
-                setattr(parent, name, nn.Flatten())
-
-
 @pytest.mark.parametrize("name", ["inplace-probe", "lenet", "resnet18"])
 def test_steps_equal_plain_modules_bit_for_bit(name: str) -> None:
     """float32, the default path (channels-last for the built-in conv models): three SGD
@@ -88,7 +79,7 @@ def test_steps_equal_plain_modules_bit_for_bit(name: str) -> None:
         backend = get_backend("torch")
         model = backend.build_model(spec)
         if reference:
-            plain_modules(model)
+            plain_modules(model.replicas[0])
         backend.set_params(model, params)
         opt = backend.make_optimizer(model, OptimizerConfig("momentum", lr=0.05))
         runner = StepRunner(backend, model, opt)

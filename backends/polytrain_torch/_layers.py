@@ -61,7 +61,7 @@ def _parity_mask(x: torch.Tensor, p: float) -> torch.Tensor | None:
 
 
 #: layers whose output is a fresh tensor that their backward does not read: a ReLU right
-#: after one may overwrite it (docs/performance.md, "In-place ReLU (torch)")
+#: after one may overwrite it (docs/performance.md, "In-place ReLU and gradient layouts (torch)")
 _FRESH_OUTPUT = (models.Conv2d, models.Linear, models.BatchNorm2d)
 
 

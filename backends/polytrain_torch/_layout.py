@@ -57,7 +57,7 @@ class Flatten(nn.Flatten):
     weights are in), so autograd hands the layer before it an NCHW gradient; a channels-last
     pooling's backward given one takes its slow mixed-layout path (LeNet's second average
     pooling: 1.62 ms against 0.22 ms with the reorder included; docs/performance.md,
-    "Gradients in the layout of their activations"). The values are unchanged."""
+    "In-place ReLU and gradient layouts (torch)"). The values are unchanged."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if (
