@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from polytrain import OptimizerConfig, get_backend, get_model_spec
     from polytrain.training.step import StepRunner
 
-    from .common import load_train
+    from .common import interleaved, load_train
 
     backend = get_backend("torch", threads=args.threads)
     spec = get_model_spec(args.model)
@@ -73,10 +73,9 @@ def main(argv: list[str] | None = None) -> int:
 
     ms: dict[str, list[float]] = {v: [] for v in VARIANTS}
     losses: dict[str, float] = {}
-    for r in range(args.repeats):
-        for variant in VARIANTS if r % 2 == 0 else VARIANTS[::-1]:
-            took, losses[variant] = timed(runners[variant])
-            ms[variant].append(took)
+    for variant in interleaved(0, args.repeats, VARIANTS):
+        took, losses[variant] = timed(runners[variant])
+        ms[variant].append(took)
     ratios = [p / q for p, q in zip(ms["plain"], ms["polytrain"], strict=True)]
     print(
         f"torch {args.model}, batch {args.batch_size}, eager, {args.threads} threads, "

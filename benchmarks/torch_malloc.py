@@ -22,6 +22,7 @@ import subprocess
 import sys
 from typing import Any
 
+from .common import interleaved
 from .run import ROOT
 
 MODES = ("system", "reuse")
@@ -63,13 +64,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(worker(args.worker, args.loop, args.threads, args.fast, args.steps)))
         return 0
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
-    for r in range(args.repeats):
-        for mode in MODES if r % 2 == 0 else MODES[::-1]:
-            cmd = [sys.executable, "-m", "benchmarks.torch_malloc", "--worker", mode]
-            cmd += ["--loop", args.loop, "--threads", str(args.threads), "--steps", str(args.steps)]
-            cmd += ["--fast"] if args.fast else []
-            out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
-            runs[mode].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    for mode in interleaved(0, args.repeats, MODES):
+        cmd = [sys.executable, "-m", "benchmarks.torch_malloc", "--worker", mode]
+        cmd += ["--loop", args.loop, "--threads", str(args.threads), "--steps", str(args.steps)]
+        cmd += ["--fast"] if args.fast else []
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
+        runs[mode].append(json.loads(out.stdout.strip().splitlines()[-1]))
     ratios = [
         b["samples_per_second"] / a["samples_per_second"]
         for a, b in zip(runs["system"], runs["reuse"], strict=True)
