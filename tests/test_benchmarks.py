@@ -62,6 +62,21 @@ def test_torch_layers_benchmark_runs_both() -> None:
     assert "(equal)" in out
 
 
+def test_mxnet_step_benchmark_runs_all_three() -> None:
+    pytest.importorskip("mxnet")
+    from benchmarks.run import ROOT
+
+    argv = ["--steps", "2", "--warmup", "2", "--repeats", "2", "--threads", "1"]
+    cmd = [sys.executable, "-m", "benchmarks.mxnet_step", *argv, "--batch-size", "16"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "'engine_workers': 0" in out  # NaiveEngine, as polytrain picks it
+    assert re.search(r"op-by-op : +\d+ samples/s", out)
+    assert re.search(r"polytrain/op-by-op: samples/s \d\.\d+ \[", out)
+    assert "(equal)" in out
+
+
 def test_torch_malloc_benchmark_runs_both(capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch")
     from benchmarks import torch_malloc

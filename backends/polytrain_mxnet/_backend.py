@@ -33,6 +33,7 @@ from polytrain.errors import BackendError, CheckpointError, ClusterError
 from polytrain.neutral.losses import LossSpec, class_positions
 from polytrain.neutral.models import ModelSpec
 from polytrain.neutral.optim import Optimizer, OptimizerConfig
+from polytrain.neutral.sharding import shard_bounds
 from polytrain.utils.fileio import atomic_path
 from polytrain.utils.threads import cpu_count
 
@@ -42,6 +43,7 @@ from ._layers import build, canonical, hybridize
 from ._model import MXNetModel
 from ._optim import MXNetOptimizer
 from ._parallel import DistSync
+from ._step_graphs import StepGraphs, fits_graph
 
 
 def _engine_omp_threads() -> int:
@@ -100,6 +102,10 @@ def _engine_error(exc: mx.base.MXNetError, what: str) -> BackendError:
     )
 
 
+_CPU0 = mx.cpu(0)
+_SHARED_DTYPES = ("float32", "float64", "int32", "int64")
+
+
 class MXNetBackend(Backend):
     name = "mxnet"
     framework = "mxnet"
@@ -109,6 +115,7 @@ class MXNetBackend(Backend):
     def __init__(self, options: Any = None) -> None:
         super().__init__(options)
         self._dist: DistSync | None = None  # the dist_sync kvstore, once init_distributed ran
+        self._graphs = StepGraphs()  # the step's loss and count as cached graphs
 
     # -- identity, threads, seeds ---------------------------------------------------------
 
@@ -156,6 +163,28 @@ class MXNetBackend(Backend):
     def to_tensor(self, array: np.ndarray, device: Device | None = None) -> Tensor:
         array = np.asarray(array)
         return mx.nd.array(array, ctx=device or mx.cpu(), dtype=array.dtype)
+
+    def split_and_load(self, batch: np.ndarray, devices: Sequence[Device]) -> list[Tensor]:
+        """As the base verb, but under NaiveEngine a writeable C-ordered batch (the loader's
+        fresh one) is shared with context cpu(0), not copied, as torch's verb does: the
+        copy cost ~120 us per LeNet step (docs/performance.md, "MXNet's step graphs"). The
+        model only reads its inputs, and NaiveEngine has run every operator when the step
+        returns; the threaded engine may read the batch later, so it gets a copy."""
+        if not (
+            _ENGINE == NAIVE
+            and batch.flags.c_contiguous
+            and batch.flags.writeable
+            and batch.dtype.name in _SHARED_DTYPES
+        ):
+            return super().split_and_load(batch, devices)
+        bounds = shard_bounds(len(batch), len(devices))
+        # from_numpy marks the array it gets read-only: a slice, so the batch stays writeable
+        return [
+            mx.nd.from_numpy(batch[a:b], zero_copy=True)
+            if d == _CPU0
+            else self.to_tensor(batch[a:b], d)
+            for (a, b), d in zip(bounds, devices, strict=True)
+        ]
 
     def to_numpy(self, tensor: Tensor) -> np.ndarray:
         if _precision.is_low_precision(tensor.dtype):  # bf16 asnumpy gives raw uint16 records
@@ -252,8 +281,11 @@ class MXNetBackend(Backend):
         if reduction not in ("mean", "sum", "none"):
             raise BackendError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}.")
         # float64: MXNet's float32 log_softmax is off by up to ~15 ulp, biased (torch: ~1 ulp)
-        logp = mx.nd.log_softmax(logits.astype("float64"), axis=1)
         dtype = "float64" if logits.dtype == np.float64 else "float32"  # bf16 logits: fp32 loss
+        plain = ignore_index is None and reduction != "none"
+        if plain and fits_graph(logits, labels):
+            return self._graphs.cross_entropy(logits, labels, reduction == "mean", dtype)
+        logp = mx.nd.log_softmax(logits.astype("float64"), axis=1)
         labels = labels.reshape((-1,))
         if ignore_index is None:
             # pick clips out-of-range labels (checking them would need a sync)
@@ -270,6 +302,8 @@ class MXNetBackend(Backend):
         return losses.astype(dtype)
 
     def count_correct(self, logits: Tensor, labels: Tensor) -> Tensor:
+        if fits_graph(logits, labels):
+            return self._graphs.count_correct(logits, labels)
         predicted = mx.nd.argmax(logits, axis=1)  # float32 indices
         return (predicted == labels.reshape((-1,)).astype(predicted.dtype)).sum()
 
