@@ -64,7 +64,7 @@ def test_count_correct_graph_counts_and_held_counts_stay_as_computed() -> None:
     for n, dtype in [(50, "float32"), (17, "float32"), (50, "float64")]:
         logits = rng.standard_normal((n, 10))
         labels = rng.integers(0, 10, n)
-        with autograd.record():  # where the step counts: nothing of it is recorded
+        with autograd.record():  # as inside a training step
             held.append(b.count_correct(mx.nd.array(logits, dtype=dtype), mx.nd.array(labels)))
         want.append(int((logits.argmax(axis=1) == labels).sum()))
     assert [int(c.asscalar()) for c in held] == want  # later calls did not overwrite them
