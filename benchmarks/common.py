@@ -305,6 +305,18 @@ class Summary:
         return f"{self.median:,.0f} (±{100 * self.spread / 2:.1f}%)"
 
 
+def per_round_ratios(
+    a: Sequence[Measurement], b: Sequence[Measurement]
+) -> tuple[list[float], list[float]]:
+    """Per round, ``a``'s samples/s over ``b``'s, and ``b``'s CPU time per sample (process
+    and children) over ``a``'s: the work each loop does, much less disturbed than wall
+    time by other processes on a shared machine. Above 1: ``a`` is faster."""
+    pairs = list(zip(a, b, strict=True))
+    speed = [p.samples_per_second / q.samples_per_second for p, q in pairs]
+    cpu = [q.extra["cpu_seconds"] / p.extra["cpu_seconds"] for p, q in pairs]
+    return speed, cpu
+
+
 def interleaved(order_seed: int, repeats: int, loops: Sequence[str]) -> list[str]:
     """The run order: every repetition runs each loop once, in an order that alternates
     (ABBA...), so a drift of the machine's speed hits every loop alike."""

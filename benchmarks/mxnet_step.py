@@ -98,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _ratios(a: list[Any], b: list[Any]) -> str:
     """Samples/s ratio and CPU-per-sample ratio of ``a`` over ``b``, per round."""
-    speed = [p.samples_per_second / q.samples_per_second for p, q in zip(a, b, strict=True)]
-    cpu = [q.extra["cpu_seconds"] / p.extra["cpu_seconds"] for p, q in zip(a, b, strict=True)]
+    from .common import per_round_ratios
+
+    speed, cpu = per_round_ratios(a, b)
     return f"samples/s {median_ci(speed)}, CPU time per sample {median_ci(cpu)}"
 
 

@@ -141,6 +141,7 @@ def worker(name: str, work_dict: dict[str, Any], repeats: int) -> int:
         load_train,
         machine,
         matmul_peak_gflops,
+        per_round_ratios,
         train_flops_per_sample,
     )
 
@@ -164,11 +165,7 @@ def worker(name: str, work_dict: dict[str, Any], repeats: int) -> int:
         for key in pair:
             measured[key].append(loops[key]())
         rounds.append({"order": pair, "load_start": load_start, "load_end": load_average()})
-    pairs = list(zip(measured["polytrain"], measured["native"], strict=True))
-    ratios = [p.samples_per_second / n.samples_per_second for p, n in pairs]
-    # CPU time per sample (process + children), native / polytrain: the work each loop
-    # does, much less disturbed than wall time by other processes on a shared machine
-    cpu_ratios = [n.extra["cpu_seconds"] / p.extra["cpu_seconds"] for p, n in pairs]
+    ratios, cpu_ratios = per_round_ratios(measured["polytrain"], measured["native"])
     flops = train_flops_per_sample(lenet())
     peak = matmul_peak_gflops(cpu_count())  # every core: the machine's peak
     loads = [v for r in rounds for v in (r["load_start"], r["load_end"]) if v is not None]
