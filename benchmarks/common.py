@@ -317,6 +317,16 @@ def per_round_ratios(
     return speed, cpu
 
 
+def peak_fractions(
+    measured: Sequence[Measurement], peaks: Sequence[float], flops_per_sample: float
+) -> list[float]:
+    """Per round, the loop's achieved GFLOP/s over the matmul peak probed in that round
+    (the same process, minutes apart at most): the VM's speed drifts by the hour, so a
+    peak probed elsewhere or at another time is not the ceiling this round ran under."""
+    pairs = zip(measured, peaks, strict=True)
+    return [m.samples_per_second * flops_per_sample / 1e9 / peak for m, peak in pairs]
+
+
 def interleaved(order_seed: int, repeats: int, loops: Sequence[str]) -> list[str]:
     """The run order: every repetition runs each loop once, in an order that alternates
     (ABBA...), so a drift of the machine's speed hits every loop alike."""

@@ -8,7 +8,8 @@ round it records wall time and CPU time (the process's threads and its children)
 sample; it reports samples/s (median and spread), the ratio polytrain/native of samples/s
 and of CPU time per sample (medians of the per-round ratios, so a drift of the machine
 hits both loops alike, each with a distribution-free 95 % confidence interval), the
-achieved GFLOP/s against the machine's measured matmul peak, the CPU model, the load
+achieved GFLOP/s against the machine's measured matmul peak (the best probe of the run,
+and per round the probe taken right after it, in the same process), the CPU model, the load
 average during the rounds, and the last loss of each loop (the same weights and batches
 give the same loss: the two loops did the same work).
 
@@ -141,6 +142,7 @@ def worker(name: str, work_dict: dict[str, Any], repeats: int) -> int:
         load_train,
         machine,
         matmul_peak_gflops,
+        peak_fractions,
         per_round_ratios,
         train_flops_per_sample,
     )
@@ -164,10 +166,16 @@ def worker(name: str, work_dict: dict[str, Any], repeats: int) -> int:
         load_start = load_average()
         for key in pair:
             measured[key].append(loops[key]())
-        rounds.append({"order": pair, "load_start": load_start, "load_end": load_average()})
+        load_end = load_average()
+        probe = matmul_peak_gflops(cpu_count())  # every core: the machine's peak, this round
+        rounds.append(
+            {"order": pair, "load_start": load_start, "load_end": load_end, "matmul": probe}
+        )
     ratios, cpu_ratios = per_round_ratios(measured["polytrain"], measured["native"])
     flops = train_flops_per_sample(lenet())
-    peak = matmul_peak_gflops(cpu_count())  # every core: the machine's peak
+    round_peaks = [max(r["matmul"].values()) for r in rounds]
+    fractions = peak_fractions(measured["polytrain"], round_peaks, flops)
+    peak = matmul_peak_gflops(cpu_count())
     loads = [v for r in rounds for v in (r["load_start"], r["load_end"]) if v is not None]
     out = {
         "backend": name,
@@ -178,6 +186,8 @@ def worker(name: str, work_dict: dict[str, Any], repeats: int) -> int:
         "machine": machine(),
         "train_flops_per_sample": flops,
         "matmul_peak_gflops": peak,
+        # polytrain's GFLOP/s over the peak probed right after it, per round
+        "round_peak_fraction": _ratio_summary(fractions),
         "rounds": rounds,
         "load_max": max(loads, default=None),
         "ratio": _ratio_summary(ratios),
@@ -222,8 +232,8 @@ def report(
     m = run_info["machine"]
     versions = ", ".join(f"{r['backend']} {r['framework_version']}" for r in ok)
     print(f"polytrain vs native loops, {run_info['date']}; {versions}")
-    # the machine's peak: the best matmul probe of any worker, each with every core
-    peak = max((max(r["matmul_peak_gflops"].values()) for r in ok), default=float("nan"))
+    # the machine's peak: the best matmul probe of any worker and round, every core
+    peak = max((_best_probe(r) for r in ok), default=float("nan"))
     print(
         f"machine: {m['cpu']}, {m['cpus']} CPUs ({m['usable_cpus']} usable); "
         f"Python {m['python']}, numpy {m['numpy']}; fp32 matmul peak {peak:.0f} GFLOP/s "
@@ -247,7 +257,8 @@ def report(
     header = (
         f"{'backend':8} {'fast':5} {'threads':8} {'polytrain':>15} {'native':>15} "
         f"{'ratio [95% CI]':>21} {'CPU us/sample p/n':>17} {'cpu ratio [95% CI]':>21} "
-        f"{'GFLOP/s':>8} {'% peak':>6} {'load max':>8} {'last loss p/n':>17}"
+        f"{'GFLOP/s':>8} {'% peak':>6} {'% round peak [95% CI]':>21} {'load max':>8} "
+        f"{'last loss p/n':>17}"
     )
     print(header)
     print("-" * len(header))
@@ -262,6 +273,7 @@ def report(
             f"{r['backend']:8} {('yes' if r['fast'] else 'no'):5} {threads:8} "
             f"{_cell(p):>15} {_cell(n):>15} {_ci(r['ratio']):>21} {cpu:>17} "
             f"{_ci(r['cpu_ratio']):>21} {p['gflops']:8.1f} {100 * p['gflops'] / peak:5.1f}% "
+            f"{_percent_ci(r['round_peak_fraction']):>21} "
             f"{_load(r.get('load_max')):>8} {p['last_loss']:8.5f}/{n['last_loss']:.5f}"
         )
     if ok:
@@ -272,6 +284,16 @@ def report(
             f"(distribution-free), exact coverage {100 * q['coverage']:.1f}%"
             + (" (too few rounds for 95%)" if q["coverage"] < q["confidence"] else "")
         )
+
+
+def _best_probe(result: dict[str, Any]) -> float:
+    """The best matmul GFLOP/s a worker probed: after any round, or at its end."""
+    probes = [result["matmul_peak_gflops"], *(r["matmul"] for r in result["rounds"])]
+    return max(max(p.values()) for p in probes)
+
+
+def _percent_ci(q: dict[str, Any]) -> str:
+    return f"{100 * q['median']:.1f} [{100 * q['lo']:.1f}, {100 * q['hi']:.1f}]"
 
 
 def _cell(s: dict[str, Any]) -> str:

@@ -3,9 +3,11 @@ layout, Paddle conv-bias, torch layers and torch malloc benchmarks run."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -87,3 +89,38 @@ def test_torch_malloc_benchmark_runs_both(capsys: pytest.CaptureFixture[str]) ->
     assert re.search(r"system +\(system: POLYTRAIN_TORCH_MALLOC=system\): .* page faults", out)
     assert re.search(r"reuse +\((reuse|system: [^)]*)\): .* page faults per step", out)
     assert re.search(r"reuse/system samples/s: median \d", out)
+
+
+def test_peak_fractions_pair_each_round_with_its_own_probe() -> None:
+    from benchmarks.common import Measurement, peak_fractions
+
+    rounds = [Measurement("polytrain", 2.0, 1000, 0.5), Measurement("polytrain", 1.0, 1000, 0.5)]
+    # 500 and 1000 samples/s at 1e8 FLOP each: 50 and 100 GFLOP/s against 200 and 400
+    assert peak_fractions(rounds, [200.0, 400.0], 1e8) == [0.25, 0.25]
+    with pytest.raises(ValueError):
+        peak_fractions(rounds, [200.0], 1e8)
+
+
+def test_run_benchmark_reports_the_round_peak(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from benchmarks.run import ROOT
+
+    out_json = tmp_path / "run.json"
+    argv = ["--backends", "torch", "--repeats", "2", "--steps", "2", "--warmup", "1",
+            "--batch-size", "16", "--threads", "1", "--json", str(out_json)]  # fmt: skip
+    cmd = [sys.executable, "-m", "benchmarks.run", *argv]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert re.search(r"% round peak \[95% CI\]", proc.stdout)
+    (result,) = json.loads(out_json.read_text())["results"]
+    probes = [max(r["matmul"].values()) for r in result["rounds"]]
+    assert len(probes) == 2 and min(probes) > 0
+    gflops = [
+        s * result["train_flops_per_sample"] / 1e9
+        for s in result["polytrain"]["samples_per_second"]
+    ]
+    want = sorted(g / p for g, p in zip(gflops, probes, strict=True))
+    assert result["round_peak_fraction"]["rounds"] == pytest.approx(
+        [g / p for g, p in zip(gflops, probes, strict=True)]
+    )
+    assert want[0] <= result["round_peak_fraction"]["median"] <= want[-1]
