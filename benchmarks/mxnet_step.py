@@ -31,14 +31,14 @@ def op_by_op() -> Iterator[None]:
 
     from polytrain.backend.base import Backend
 
-    fits, shares = _backend.fits_graph, _backend.MXNetBackend.split_and_load
+    fits, shares = _backend.fits_graph, _backend.MXNetBackend.load_shard
     _backend.fits_graph = lambda logits, labels: False
-    _backend.MXNetBackend.split_and_load = Backend.split_and_load  # type: ignore[method-assign]
+    _backend.MXNetBackend.load_shard = Backend.load_shard  # type: ignore[method-assign]
     try:
         yield
     finally:
         _backend.fits_graph = fits
-        _backend.MXNetBackend.split_and_load = shares  # type: ignore[method-assign]
+        _backend.MXNetBackend.load_shard = shares  # type: ignore[method-assign]
 
 
 def main(argv: list[str] | None = None) -> int:

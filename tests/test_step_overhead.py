@@ -45,6 +45,14 @@ def test_torch_split_and_load_copies_a_read_only_batch_without_warning() -> None
     np.testing.assert_array_equal(shard.numpy(), x)
 
 
+def test_torch_split_and_load_copies_a_batch_that_is_not_c_ordered() -> None:
+    b = get_backend("torch")
+    x = np.asfortranarray(_batch()[0])
+    (shard,) = b.split_and_load(x, b.devices("cpu"))
+    assert shard.data_ptr() != x.ctypes.data and shard.is_contiguous()
+    np.testing.assert_array_equal(shard.numpy(), x)
+
+
 def test_shared_and_copied_batches_train_to_the_same_losses_in_fp64() -> None:
     b = get_backend("torch")
     spec = get_model_spec("lenet")

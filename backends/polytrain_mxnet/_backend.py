@@ -33,7 +33,6 @@ from polytrain.errors import BackendError, CheckpointError, ClusterError
 from polytrain.neutral.losses import LossSpec, class_positions
 from polytrain.neutral.models import ModelSpec
 from polytrain.neutral.optim import Optimizer, OptimizerConfig
-from polytrain.neutral.sharding import shard_bounds
 from polytrain.utils.fileio import atomic_path
 from polytrain.utils.threads import cpu_count
 
@@ -164,27 +163,15 @@ class MXNetBackend(Backend):
         array = np.asarray(array)
         return mx.nd.array(array, ctx=device or mx.cpu(), dtype=array.dtype)
 
-    def split_and_load(self, batch: np.ndarray, devices: Sequence[Device]) -> list[Tensor]:
-        """As the base verb, but under NaiveEngine a writeable C-ordered batch (the loader's
-        fresh one) is shared with context cpu(0), not copied, as torch's verb does: the
-        copy cost ~120 us per LeNet step (docs/performance.md, "MXNet's step graphs"). The
-        model only reads its inputs, and NaiveEngine has run every operator when the step
-        returns; the threaded engine may read the batch later, so it gets a copy."""
-        if not (
-            _ENGINE == NAIVE
-            and batch.flags.c_contiguous
-            and batch.flags.writeable
-            and batch.dtype.name in _SHARED_DTYPES
-        ):
-            return super().split_and_load(batch, devices)
-        bounds = shard_bounds(len(batch), len(devices))
-        # from_numpy marks the array it gets read-only: a slice, so the batch stays writeable
-        return [
-            mx.nd.from_numpy(batch[a:b], zero_copy=True)
-            if d == _CPU0
-            else self.to_tensor(batch[a:b], d)
-            for (a, b), d in zip(bounds, devices, strict=True)
-        ]
+    def load_shard(self, shard: np.ndarray, device: Device) -> Tensor | None:
+        """Under NaiveEngine a shard for context cpu(0) is shared, not copied (~120 us per
+        LeNet step: docs/performance.md, "MXNet's step graphs"): NaiveEngine has run every
+        operator when the step returns; the threaded engine may read the batch later, so
+        it gets a copy, as do other contexts and dtypes."""
+        if not (_ENGINE == NAIVE and device == _CPU0 and shard.dtype.name in _SHARED_DTYPES):
+            return None
+        # from_numpy marks the array it gets read-only: a view, so the batch stays writeable
+        return mx.nd.from_numpy(shard.view(), zero_copy=True)
 
     def to_numpy(self, tensor: Tensor) -> np.ndarray:
         if _precision.is_low_precision(tensor.dtype):  # bf16 asnumpy gives raw uint16 records

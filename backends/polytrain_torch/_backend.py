@@ -28,7 +28,6 @@ from polytrain.errors import BackendError, CheckpointError, ClusterError
 from polytrain.neutral.losses import LossSpec, class_positions
 from polytrain.neutral.models import ModelSpec
 from polytrain.neutral.optim import Optimizer, OptimizerConfig
-from polytrain.neutral.sharding import shard_bounds
 from polytrain.utils.fileio import atomic_path
 
 from . import _compile, _devices, _inspect, _layout, _losses, _malloc, _parallel, _precision
@@ -112,15 +111,12 @@ class TorchBackend(Backend):
         tensor = torch.from_numpy(np.array(array, copy=True, order="C"))
         return tensor if device is None or device.type == "cpu" else tensor.to(device)
 
-    def split_and_load(self, batch: np.ndarray, devices: Sequence[Device]) -> list[Tensor]:
-        """As the base verb, but a writeable C-ordered batch (the loader's fresh one) is
-        shared, not copied: the copy cost 70-80 us per LeNet step (docs/performance.md,
-        "Where polytrain's step time goes"); the model only reads its inputs."""
-        if not (batch.flags.c_contiguous and batch.flags.writeable):
-            return super().split_and_load(batch, devices)
-        bounds = shard_bounds(len(batch), len(devices))
-        shards = [torch.from_numpy(batch[a:b]) for a, b in bounds]
-        return [t if d.type == "cpu" else t.to(d) for t, d in zip(shards, devices, strict=True)]
+    def load_shard(self, shard: np.ndarray, device: Device) -> Tensor | None:
+        """Shared, not copied (on the CPU; else moved without a host copy first): the copy
+        cost 70-80 us per LeNet step (docs/performance.md, "Where polytrain's step time
+        goes")."""
+        tensor = torch.from_numpy(shard)
+        return tensor if device.type == "cpu" else tensor.to(device)
 
     def to_numpy(self, tensor: Tensor) -> np.ndarray:
         if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16

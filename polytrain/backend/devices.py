@@ -69,9 +69,23 @@ class DeviceVerbs(IdentityVerbs):
 
     def split_and_load(self, batch: np.ndarray, devices: Sequence[Device]) -> list[Tensor]:
         """One contiguous shard per device, placed there; sizes differ by at most one,
-        larger first; nothing is dropped; fewer samples than devices is an error."""
+        larger first; nothing is dropped; fewer samples than devices is an error. A
+        writeable C-ordered batch (the loader's fresh one) goes through
+        :meth:`load_shard`, which may share its memory: the model only reads its inputs;
+        any other batch is copied (:meth:`to_tensor`)."""
         bounds = shard_bounds(len(batch), len(devices))
-        return [self.to_tensor(batch[a:b], d) for (a, b), d in zip(bounds, devices, strict=True)]
+        may_share = batch.flags.c_contiguous and batch.flags.writeable
+        tensors = []
+        for (a, b), device in zip(bounds, devices, strict=True):
+            shared = self.load_shard(batch[a:b], device) if may_share else None
+            tensors.append(self.to_tensor(batch[a:b], device) if shared is None else shared)
+        return tensors
+
+    def load_shard(self, shard: np.ndarray, device: Device) -> Tensor | None:
+        """``shard`` (of a writeable C-ordered batch) on ``device`` without a host copy,
+        sharing its memory where ``device`` is the host; None (the default): copy it with
+        :meth:`to_tensor`. Optional: a backend overrides it to save the copy."""
+        return None
 
     def copy_to(self, tensor: Tensor, device: Device) -> Tensor:
         """``tensor`` on ``device``, differentiable: in backward its gradient flows back
