@@ -186,6 +186,22 @@ class BackendConformance:
         with pytest.raises(ConfigError, match="2 samples over 3 devices"):
             backend.split_and_load(np.zeros((2, 1), np.float32), devs)
 
+    @pytest.mark.parametrize("devices", ["cpu", "cpu:2"])
+    def test_split_and_load_leaves_the_batch_as_it_was(
+        self, backend: Backend, devices: str
+    ) -> None:
+        """A writeable C-ordered batch (which ``load_shard`` may share), a Fortran-ordered
+        and a read-only one all load their values, and the caller's batch stays writeable
+        (MXNet's ``from_numpy`` freezes the array it is given)."""
+        batch = np.arange(24, dtype=np.float32).reshape(6, 4)
+        read_only = batch.copy()
+        read_only.flags.writeable = False
+        for x in (batch, np.asfortranarray(batch), read_only):
+            shards = backend.split_and_load(x, backend.devices(devices))
+            got = np.concatenate([backend.to_numpy(s) for s in shards])
+            np.testing.assert_array_equal(got, batch)
+        assert batch.flags.writeable
+
     @pytest.mark.parametrize("op", ["sum", "mean"])
     def test_allreduce(self, backend: Backend, op: str) -> None:
         devs = backend.devices("cpu:3")
