@@ -77,8 +77,9 @@ class DeviceVerbs(IdentityVerbs):
         may_share = batch.flags.c_contiguous and batch.flags.writeable
         tensors = []
         for (a, b), device in zip(bounds, devices, strict=True):
-            shared = self.load_shard(batch[a:b], device) if may_share else None
-            tensors.append(self.to_tensor(batch[a:b], device) if shared is None else shared)
+            shard = batch[a:b]
+            shared = self.load_shard(shard, device) if may_share else None
+            tensors.append(self.to_tensor(shard, device) if shared is None else shared)
         return tensors
 
     def load_shard(self, shard: np.ndarray, device: Device) -> Tensor | None:
