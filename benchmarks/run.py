@@ -175,7 +175,7 @@ def worker(name: str, work_dict: dict[str, Any], repeats: int) -> int:
     flops = train_flops_per_sample(lenet())
     round_peaks = [max(r["matmul"].values()) for r in rounds]
     fractions = peak_fractions(measured["polytrain"], round_peaks, flops)
-    peak = matmul_peak_gflops(cpu_count())
+    peak = max((r["matmul"] for r in rounds), key=lambda probe: max(probe.values()))
     loads = [v for r in rounds for v in (r["load_start"], r["load_end"]) if v is not None]
     out = {
         "backend": name,
@@ -185,7 +185,7 @@ def worker(name: str, work_dict: dict[str, Any], repeats: int) -> int:
         "work": work.to_dict(),
         "machine": machine(),
         "train_flops_per_sample": flops,
-        "matmul_peak_gflops": peak,
+        "matmul_peak_gflops": peak,  # the best round's probe
         # polytrain's GFLOP/s over the peak probed right after it, per round
         "round_peak_fraction": _ratio_summary(fractions),
         "rounds": rounds,
@@ -233,7 +233,7 @@ def report(
     versions = ", ".join(f"{r['backend']} {r['framework_version']}" for r in ok)
     print(f"polytrain vs native loops, {run_info['date']}; {versions}")
     # the machine's peak: the best matmul probe of any worker and round, every core
-    peak = max((_best_probe(r) for r in ok), default=float("nan"))
+    peak = max((max(r["matmul_peak_gflops"].values()) for r in ok), default=float("nan"))
     print(
         f"machine: {m['cpu']}, {m['cpus']} CPUs ({m['usable_cpus']} usable); "
         f"Python {m['python']}, numpy {m['numpy']}; fp32 matmul peak {peak:.0f} GFLOP/s "
@@ -284,12 +284,6 @@ def report(
             f"(distribution-free), exact coverage {100 * q['coverage']:.1f}%"
             + (" (too few rounds for 95%)" if q["coverage"] < q["confidence"] else "")
         )
-
-
-def _best_probe(result: dict[str, Any]) -> float:
-    """The best matmul GFLOP/s a worker probed: after any round, or at its end."""
-    probes = [result["matmul_peak_gflops"], *(r["matmul"] for r in result["rounds"])]
-    return max(max(p.values()) for p in probes)
 
 
 def _percent_ci(q: dict[str, Any]) -> str:

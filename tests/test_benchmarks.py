@@ -115,6 +115,7 @@ def test_run_benchmark_reports_the_round_peak(tmp_path: Path) -> None:
     (result,) = json.loads(out_json.read_text())["results"]
     probes = [max(r["matmul"].values()) for r in result["rounds"]]
     assert len(probes) == 2 and min(probes) > 0
+    assert max(result["matmul_peak_gflops"].values()) == max(probes)  # the run's best
     gflops = [
         s * result["train_flops_per_sample"] / 1e9
         for s in result["polytrain"]["samples_per_second"]
