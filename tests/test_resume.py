@@ -57,7 +57,10 @@ def test_resume_on_another_device_count(backend: str, data: Datasets, tmp_path: 
     full, _ = run(backend, data, 4, None)
     first, _ = run(backend, data, 2, tmp_path)
     second, _ = run(backend, data, 4, tmp_path, resume=tmp_path, devices="cpu:3")
-    np.testing.assert_allclose(first + second, full, rtol=0, atol=1e-6)
+    # three devices sum their shards' gradients in another order than one: float32 rounding,
+    # up to 6.6e-7 (torch), 1.3e-6 (Paddle), 3.9e-7 (MXNet) over these 20 steps, measured
+    # (the test failed on Paddle at 1e-6 in some test orders); 5e-6 is 4x Paddle's
+    np.testing.assert_allclose(first + second, full, rtol=0, atol=5e-6)
 
 
 def test_checkpoint_moves_between_backends(data: Datasets, tmp_path: Path) -> None:
