@@ -344,7 +344,7 @@ class MXNetBackend(Backend):
         return _inspect.layer_outputs(self, model, x)
 
     def make_optimizer(self, model: Model, config: OptimizerConfig) -> Optimizer:
-        return MXNetOptimizer(model, config)
+        return MXNetOptimizer(model, config, lambda: self.world_size)
 
     # -- mixed precision and model parallelism (_precision.py) ----------------------------
 

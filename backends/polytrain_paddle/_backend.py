@@ -230,16 +230,14 @@ class PaddleBackend(Backend):
         limit = bucket_bytes(self.options.bucket_mb)
         if limit == 0:
             return False
-        per_replica = [
-            [p.grad for p in r.parameters() if not p.stop_gradient] for r in model.replicas
-        ]
+        per_param = self.replica_gradients(model)
+        per_replica = [list(g) for g in zip(*per_param, strict=True)]
         _parallel.sync_buckets(per_replica, self.world_size, limit)
         return True
 
     def replica_gradients(self, model: Model) -> list[list[Tensor]]:
         trainable = [[p for p in r.parameters() if not p.stop_gradient] for r in model.replicas]
-        per_replica = [[p.grad for p in ps] for ps in trainable]
-        return [list(g) for g in zip(*per_replica, strict=True)]
+        return _parallel.gradients_to_sum(trainable, self.world_size)
 
     def grad_norm(self, model: Model) -> float:
         params = model.replicas[0].parameters()

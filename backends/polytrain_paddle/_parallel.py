@@ -44,10 +44,31 @@ def broadcast(tensors: Sequence[paddle.Tensor], src: int, world_size: int) -> No
                 paddle.assign(moved(source, t.place), output=t)
 
 
+def gradients_to_sum(
+    replicas: Sequence[Sequence[paddle.Tensor]], world_size: int
+) -> list[list[paddle.Tensor]]:
+    """Per parameter, each replica's gradient, ready to be summed. In one process a
+    parameter that no replica's backward reached is left out: its gradient stays None and
+    the optimizer skips it, as on one device. Otherwise a missing gradient (a parameter
+    the forward of that replica did not use) counts as zeros, as on every other rank:
+    whether another process reached it is not known here."""
+    out = []
+    for params in zip(*replicas, strict=True):
+        if world_size == 1 and all(p.grad is None for p in params):
+            continue
+        for p in params:
+            if p.grad is None:
+                p._set_grad_ivar(paddle.zeros_like(p))
+        out.append([p.grad for p in params])
+    return out
+
+
 def sync_buckets(grads: Sequence[Sequence[paddle.Tensor]], world_size: int, limit: int) -> None:
     """Sum every gradient over the replicas (one list of gradients each) and processes,
     ``limit`` bytes per fused bucket: one concatenation per bucket and replica, one
     ``all_reduce`` per bucket, then each gradient assigned its slice."""
+    if not grads or not grads[0]:
+        return
     with paddle.no_grad():
         first = grads[0]
         counts = [math.prod(g.shape) for g in first]

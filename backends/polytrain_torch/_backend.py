@@ -254,8 +254,8 @@ class TorchBackend(Backend):
         return True
 
     def replica_gradients(self, model: Model) -> list[list[Tensor]]:
-        per_replica = [[p.grad for p in r.parameters()] for r in model.replicas]
-        return [list(g) for g in zip(*per_replica, strict=True)]
+        replicas = [[p for p in r.parameters() if p.requires_grad] for r in model.replicas]
+        return _parallel.gradients_to_sum(replicas, self.world_size)
 
     def grad_norm(self, model: Model) -> float:
         grads = [p.grad for p in model.replicas[0].parameters() if p.grad is not None]

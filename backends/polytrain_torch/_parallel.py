@@ -61,10 +61,12 @@ def sync_buckets(
     """Sum every gradient over the replicas (one list of parameters each) and processes,
     ``limit`` bytes per flat bucket: one concatenation per bucket and replica, one
     collective per bucket (issued asynchronously, so packing the next bucket overlaps
-    the reduction of this one), one multi-tensor copy back. A missing gradient (a
-    parameter the forward did not use) counts as zeros, as on every other rank."""
+    the reduction of this one), one multi-tensor copy back. Missing gradients as in
+    :func:`gradients_to_sum`."""
     with torch.no_grad():
-        grads = [[_grad_of(p) for p in params] for params in replicas]
+        grads = [list(g) for g in zip(*gradients_to_sum(replicas, world_size), strict=True)]
+        if not grads:
+            return
         first = grads[0]
         sizes = [g.numel() * g.element_size() for g in first]
         keys = [(g.dtype, g.device) for g in first]
@@ -84,6 +86,22 @@ def sync_buckets(
             for m in members:
                 flat = total if total.device == m[0].device else total.to(m[0].device)
                 torch._foreach_copy_(m, _unflatten_dense_tensors(flat, m))
+
+
+def gradients_to_sum(
+    replicas: Sequence[Sequence[torch.nn.Parameter]], world_size: int
+) -> list[list[torch.Tensor]]:
+    """Per parameter, each replica's gradient, ready to be summed. In one process a
+    parameter that no replica's backward reached is left out: its gradient stays None and
+    the optimizer skips it, as on one device. Otherwise a missing gradient (a parameter
+    the forward of that replica did not use) counts as zeros, as on every other rank:
+    whether another process reached it is not known here."""
+    out = []
+    for params in zip(*replicas, strict=True):
+        if world_size == 1 and all(p.grad is None for p in params):
+            continue
+        out.append([_grad_of(p) for p in params])
+    return out
 
 
 def _grad_of(p: torch.nn.Parameter) -> torch.Tensor:

@@ -66,7 +66,9 @@ class AutodiffVerbs(ModelVerbs, CollectiveVerbs):
 
     @abstractmethod
     def replica_gradients(self, model: Model) -> list[list[Tensor]]:
-        """Per trainable parameter, the native gradient tensor of each replica."""
+        """Per trainable parameter, the native gradient tensor of each replica, to be
+        summed. In one process a parameter that no replica's backward reached may be left
+        out, and is then not stepped (docs/semantics.md, rule 21)."""
 
     def sync_gradients(self, model: Model) -> None:
         """Sum every gradient over replicas (and processes): after it, each replica
