@@ -3,13 +3,15 @@ every backend and device count of one process, as torch steps no parameter whose
 is None and Gluon's Trainer (``ignore_stale_grad``) skips a stale one: a user's model with a
 branch that does not run every step trains to the same numbers on each framework.
 
-The model is each framework's own: ``first`` (Linear 4 -> 3) always runs, ``extra``
-(Linear 3 -> 3) only while ``use_extra`` is set. Three steps (``extra`` reached, not
-reached, reached) against a float64 numpy reference in which ``extra`` skips the middle step
-(its momentum buffer, Adam moments and Adam step count included)."""
+The model is each framework's own (the ``branchy`` fixture): ``first`` (Linear 4 -> 3)
+always runs, ``extra`` (Linear 3 -> 3) only while ``use_extra`` is set. Three steps
+(``extra`` reached, not reached, reached) against a float64 numpy reference in which
+``extra`` skips the middle step (its momentum buffer, Adam moments and Adam step count
+included)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,53 +28,6 @@ CONFIGS = {
     "adam": OptimizerConfig("adam", lr=0.1),
 }
 USE_EXTRA = (True, False, True)  # the second step does not reach `extra`
-
-
-def _branchy(framework: str) -> Any:
-    """``extra(first(x))`` while ``use_extra`` is set, else ``first(x)``."""
-    if framework == "torch":
-        import torch
-
-        class TorchBranchy(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.use_extra = True
-                self.first, self.extra = torch.nn.Linear(4, 3), torch.nn.Linear(3, 3)
-
-            def forward(self, x: Any) -> Any:
-                h = self.first(x)
-                return self.extra(h) if self.use_extra else h
-
-        return TorchBranchy()
-    if framework == "paddle":
-        import paddle
-
-        class PaddleBranchy(paddle.nn.Layer):
-            def __init__(self) -> None:
-                super().__init__()
-                self.use_extra = True
-                self.first, self.extra = paddle.nn.Linear(4, 3), paddle.nn.Linear(3, 3)
-
-            def forward(self, x: Any) -> Any:
-                h = self.first(x)
-                return self.extra(h) if self.use_extra else h
-
-        return PaddleBranchy()
-    from mxnet import gluon
-
-    class MXNetBranchy(gluon.Block):
-        def __init__(self) -> None:
-            super().__init__()
-            self.use_extra = True
-            with self.name_scope():
-                self.first = gluon.nn.Dense(3, in_units=4)
-                self.extra = gluon.nn.Dense(3, in_units=3)
-
-        def forward(self, x: Any) -> Any:
-            h = self.first(x)
-            return self.extra(h) if self.use_extra else h
-
-    return MXNetBranchy()
 
 
 def _gradients(
@@ -109,9 +64,8 @@ def _reference(
 
 
 def _assert_trains_as_the_reference(
-    b: Any, devices: str, config: OptimizerConfig, accumulate: int = 1
+    net: Any, b: Any, devices: str, config: OptimizerConfig, accumulate: int = 1
 ) -> None:
-    net = _branchy(b.name)
     model = b.build_model(net, b.devices(devices))
     rng = np.random.default_rng(0)
     shapes = {k: v.shape for k, v in b.get_params(model).items()}
@@ -133,12 +87,16 @@ def _assert_trains_as_the_reference(
 @pytest.mark.parametrize("optimizer", sorted(CONFIGS))
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_a_parameter_no_backward_reached_is_not_stepped(
-    framework: str, optimizer: str, devices: str, accumulate: int
+    branchy: Callable[[str], Any], framework: str, optimizer: str, devices: str, accumulate: int
 ) -> None:
-    _assert_trains_as_the_reference(get_backend(framework), devices, CONFIGS[optimizer], accumulate)
+    b = get_backend(framework)
+    _assert_trains_as_the_reference(branchy(framework), b, devices, CONFIGS[optimizer], accumulate)
 
 
 @pytest.mark.parametrize("framework", [f for f in FRAMEWORKS if f != "mxnet"])
-def test_one_collective_per_parameter_leaves_out_what_no_replica_reached(framework: str) -> None:
+def test_one_collective_per_parameter_leaves_out_what_no_replica_reached(
+    branchy: Callable[[str], Any], framework: str
+) -> None:
     """``bucket_mb=0``: the per-parameter reduction (not the flat buckets) on 2 devices."""
-    _assert_trains_as_the_reference(get_backend(framework, bucket_mb=0), "cpu:2", CONFIGS["adam"])
+    b = get_backend(framework, bucket_mb=0)
+    _assert_trains_as_the_reference(branchy(framework), b, "cpu:2", CONFIGS["adam"])

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import paddle
 
+from polytrain.backend import autodiff
 from polytrain.backend.buckets import plan_buckets
 
 from ._devices import moved
@@ -47,20 +48,15 @@ def broadcast(tensors: Sequence[paddle.Tensor], src: int, world_size: int) -> No
 def gradients_to_sum(
     replicas: Sequence[Sequence[paddle.Tensor]], world_size: int
 ) -> list[list[paddle.Tensor]]:
-    """Per parameter, each replica's gradient, ready to be summed. In one process a
-    parameter that no replica's backward reached is left out: its gradient stays None and
-    the optimizer skips it, as on one device. Otherwise a missing gradient (a parameter
-    the forward of that replica did not use) counts as zeros, as on every other rank:
-    whether another process reached it is not known here."""
-    out = []
-    for params in zip(*replicas, strict=True):
-        if world_size == 1 and all(p.grad is None for p in params):
-            continue
-        for p in params:
-            if p.grad is None:
-                p._set_grad_ivar(paddle.zeros_like(p))
-        out.append([p.grad for p in params])
-    return out
+    """:func:`polytrain.backend.autodiff.gradients_to_sum` for Paddle parameters."""
+    return autodiff.gradients_to_sum(replicas, world_size, lambda p: p.grad, _zero_grad)
+
+
+def _zero_grad(p: paddle.Tensor) -> paddle.Tensor:
+    p._set_grad_ivar(paddle.zeros_like(p))
+    grad = p.grad
+    assert grad is not None  # just set
+    return grad
 
 
 def sync_buckets(grads: Sequence[Sequence[paddle.Tensor]], world_size: int, limit: int) -> None:

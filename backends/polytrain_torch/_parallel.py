@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from polytrain.backend import autodiff
 from polytrain.backend.buckets import plan_buckets
 
 from ._devices import on_distinct_gpus
@@ -91,22 +92,12 @@ def sync_buckets(
 def gradients_to_sum(
     replicas: Sequence[Sequence[torch.nn.Parameter]], world_size: int
 ) -> list[list[torch.Tensor]]:
-    """Per parameter, each replica's gradient, ready to be summed. In one process a
-    parameter that no replica's backward reached is left out: its gradient stays None and
-    the optimizer skips it, as on one device. Otherwise a missing gradient (a parameter
-    the forward of that replica did not use) counts as zeros, as on every other rank:
-    whether another process reached it is not known here."""
-    out = []
-    for params in zip(*replicas, strict=True):
-        if world_size == 1 and all(p.grad is None for p in params):
-            continue
-        out.append([_grad_of(p) for p in params])
-    return out
+    """:func:`polytrain.backend.autodiff.gradients_to_sum` for torch parameters."""
+    return autodiff.gradients_to_sum(replicas, world_size, lambda p: p.grad, _zero_grad)
 
 
-def _grad_of(p: torch.nn.Parameter) -> torch.Tensor:
-    if p.grad is None:
-        p.grad = torch.zeros_like(p)
+def _zero_grad(p: torch.nn.Parameter) -> torch.Tensor:
+    p.grad = torch.zeros_like(p)
     return p.grad
 
 

@@ -6,7 +6,8 @@ import contextlib
 import functools
 import operator
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -14,6 +15,31 @@ from polytrain.backend.collectives import CollectiveVerbs
 from polytrain.backend.devices import Tensor
 from polytrain.backend.model import Model, ModelVerbs
 from polytrain.errors import BackendError
+
+P = TypeVar("P")  # a framework's parameter
+G = TypeVar("G")  # its gradient tensor
+
+
+def gradients_to_sum(
+    replicas: Sequence[Sequence[P]],
+    world_size: int,
+    grad: Callable[[P], G | None],
+    zeros: Callable[[P], G],
+) -> list[list[G]]:
+    """Per parameter (``replicas``: one list of parameters per replica), each replica's
+    gradient (``grad``), ready to be summed. In one process a parameter that no replica's
+    backward reached is left out: its gradient stays missing and the optimizer skips it,
+    as on one device (docs/semantics.md, rule 21). Otherwise a missing gradient (a
+    parameter the forward of that replica did not use) is made zeros (``zeros`` sets and
+    returns it), as on every other rank: whether another process reached it is not
+    known here."""
+    out = []
+    for params in zip(*replicas, strict=True):
+        grads = [grad(p) for p in params]
+        if world_size == 1 and all(g is None for g in grads):
+            continue
+        out.append([zeros(p) if g is None else g for p, g in zip(params, grads, strict=True)])
+    return out
 
 
 class AutodiffVerbs(ModelVerbs, CollectiveVerbs):
