@@ -115,6 +115,31 @@ def test_torch_run_logs_to_the_users_tracking_uri(
     assert "metrics.jsonl" in artifact_paths(client, run.info.run_id)
 
 
+def test_a_resumed_run_continues_its_mlflow_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--resume in the same --out logs into the first run's MLflow run: one run, every
+    step once in one series, the recipe change tagged; --overwrite starts a new run."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    out = tmp_path / "run"
+    argv = ["train", "--backend", "numpy", *TINY, "--out", str(out), "--log", "mlflow"]
+    assert main([*argv, "--epochs", "1"]) == 0
+    assert main([*argv, "--epochs", "2", "--resume", str(out)]) == 0
+    client, run = mlflow_run(f"sqlite:///{out}/mlflow.db")  # one run, not two
+    assert run.info.status == "FINISHED"
+    steps = records(out, "step")
+    assert [s["global_step"] for s in steps] == list(range(1, 9))  # 2 epochs x 4 steps
+    history = client.get_metric_history(run.info.run_id, "loss")
+    assert [(m.step, m.value) for m in history] == [(s["global_step"], s["loss"]) for s in steps]
+    assert run.data.params["epochs"] == "1"  # MLflow params cannot change
+    assert run.data.tags["polytrain.resumed_at_step"] == "4"
+    assert run.data.tags["polytrain.resume_changes"] == "epochs: 1 -> 2"
+    assert main([*argv, "--epochs", "1", "--overwrite"]) == 0  # a fresh start: a new run
+    found = client.get_experiment_by_name("polytrain")
+    assert len(client.search_runs([found.experiment_id])) == 2
+
+
 @pytest.mark.parametrize(
     ("log", "message"),
     [

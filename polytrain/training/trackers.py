@@ -4,7 +4,8 @@ training-event hooks that write on rank 0 only.
 * ``csv``: ``steps.csv`` and ``epochs.csv`` in ``--out`` through the standard ``csv`` module.
 * ``mlflow``: one MLflow run (params: the recipe; per-step and per-epoch metrics; the final
   checkpoint and the run's files as artifacts) through the ``mlflow`` package, in
-  ``$MLFLOW_TRACKING_URI`` when set, else in a local SQLite store in ``--out``.
+  ``$MLFLOW_TRACKING_URI`` when set, else in a local SQLite store in ``--out``; a
+  ``--resume`` in the same ``--out`` continues that MLflow run.
 * ``tensorboard``: :class:`polytrain.training.curves.TensorBoardLogger`.
 """
 
@@ -27,11 +28,13 @@ from polytrain.io.run_dir import CURVES_FILE, EPOCHS_CSV, METRICS_FILE, STEPS_CS
 from polytrain.plugins.hookspecs import hookimpl
 from polytrain.plugins.records import EpochRecord, RunInfo, StepRecord, Summary
 from polytrain.training.curves import TensorBoardLogger
+from polytrain.utils.fileio import atomic_write_text
 
 TRACKERS = ("csv", "mlflow", "tensorboard")
 MLFLOW_DB = "mlflow.db"  # the default store, in --out
 MLFLOW_ARTIFACTS = "mlartifacts"  # its artifacts, beside it
 MLFLOW_EXPERIMENT = "polytrain"  # unless $MLFLOW_EXPERIMENT_NAME names one
+MLFLOW_RUN_FILE = "mlflow-run.json"  # in --out: the MLflow run that a --resume continues
 TENSORBOARD_DIR = "tensorboard"  # --log tensorboard without --tensorboard DIR: in --out
 # files of the run (and of polytrain compare) logged as MLflow artifacts when present
 RUN_ARTIFACTS = (METRICS_FILE, CURVES_FILE, STEPS_CSV, EPOCHS_CSV)
@@ -161,7 +164,12 @@ class MlflowTracker:
     ``test_accuracy``, ...) at step = epoch number. Artifacts at the end: the run's files,
     any comparison files in --out, and the final checkpoint under ``checkpoint/``.
     Store: ``$MLFLOW_TRACKING_URI`` when set, else ``sqlite:///<out>/mlflow.db`` with
-    artifacts in ``<out>/mlartifacts``. Rank 0 only."""
+    artifacts in ``<out>/mlartifacts``. Rank 0 only.
+
+    A resumed run (``--resume``, the same --out, store and experiment) continues the MLflow
+    run that ``<out>/mlflow-run.json`` names, so its metrics stay one series: the run is
+    set RUNNING again and tagged ``polytrain.resumed_at_step``; recipe values changed on
+    resume (MLflow params cannot change) are listed in ``polytrain.resume_changes``."""
 
     def __init__(self, out_dir: str | Path | None) -> None:
         require("mlflow", "mlflow", "mlflow")
@@ -200,9 +208,19 @@ class MlflowTracker:
             experiment_id = self.client.create_experiment(
                 self.experiment, artifact_location=location
             )
+        resumed = run.start_epoch > 0 or run.start_step > 0
+        previous = self._previous_run(experiment_id) if resumed else None
+        if previous is not None:
+            self._continue(previous, run)
+            return
         name = self.out_dir.name if self.out_dir else f"{run.model}-{run.backend}"
         mlrun = self.client.create_run(experiment_id, run_name=name)
         self.run_id = mlrun.info.run_id
+        if self.out_dir is not None:
+            record = {"tracking_uri": self.tracking_uri, "experiment_id": experiment_id}
+            atomic_write_text(
+                self.out_dir / MLFLOW_RUN_FILE, json.dumps({**record, "run_id": self.run_id})
+            )
         tags = {
             "polytrain.backend": run.backend,
             "polytrain.framework_version": run.framework_version,
@@ -217,6 +235,48 @@ class MlflowTracker:
         self.client.log_batch(
             self.run_id,
             params=[Param(k, param_text(v)) for k, v in sorted(run.recipe.items())],
+            tags=[RunTag(k, v) for k, v in tags.items()],
+        )
+
+    def _previous_run(self, experiment_id: str) -> Any:
+        """The MLflow run this --out's last run wrote to, if it is in this store and
+        experiment and not deleted; else None (a new run is created)."""
+        path = self.out_dir / MLFLOW_RUN_FILE if self.out_dir else None
+        if path is None or not path.is_file():
+            return None
+        try:
+            saved = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if (saved.get("tracking_uri"), saved.get("experiment_id")) != (
+            self.tracking_uri,
+            experiment_id,
+        ):
+            return None
+        from mlflow.exceptions import MlflowException
+
+        try:
+            found = self.client.get_run(str(saved.get("run_id")))
+        except MlflowException:
+            return None
+        return found if found.info.lifecycle_stage == "active" else None
+
+    def _continue(self, previous: Any, run: RunInfo) -> None:
+        """Log into ``previous`` again: RUNNING, new params added, changed ones tagged."""
+        from mlflow.entities import Param, RunTag
+
+        self.run_id = previous.info.run_id
+        self.client.update_run(self.run_id, status="RUNNING")
+        logged = previous.data.params
+        recipe = {k: param_text(v) for k, v in sorted(run.recipe.items())}
+        changes = [f"{k}: {logged[k]} -> {v}" for k, v in recipe.items() if logged.get(k, v) != v]
+        at_step = run.start_epoch * run.steps_per_epoch + run.start_step
+        tags = {"polytrain.resumed_at_step": str(at_step)}
+        if changes:
+            tags["polytrain.resume_changes"] = "; ".join(changes)
+        self.client.log_batch(
+            self.run_id,
+            params=[Param(k, v) for k, v in recipe.items() if k not in logged],
             tags=[RunTag(k, v) for k, v in tags.items()],
         )
 
