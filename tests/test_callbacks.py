@@ -90,6 +90,24 @@ def test_a_plugin_stops_the_run_cleanly_from_the_cli(
     assert ck.history[0]["test_accuracy"] is not None  # and evaluated
 
 
+def test_a_recipe_file_names_the_plugins(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``plugin = [...]`` in a recipe file registers them as ``--plugin`` does."""
+    config = tmp_path / "recipe.toml"
+    config.write_text('plugin = ["test_callbacks:StopAtStep3"]\nepochs = 2\n')
+    out = tmp_path / "run"
+    argv = ["train", "--config", str(config), "--backend", "numpy", "--model", "mlp",
+            "--train-samples", "96", "--test-samples", "32", "--batch-size", "16", "--quiet",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    assert "stopped: enough at step 3" in capsys.readouterr().err
+    assert load_checkpoint(out).position["global_step"] == 3
+    config.write_text("plugin = [3]\n")
+    assert main(argv) == 2
+    assert "line 1: plugin: expected a string, got 3" in capsys.readouterr().err
+
+
 def test_the_same_lr_changes_give_the_same_losses_on_every_backend(data: Datasets) -> None:
     runs = {b: fit(b, data, SetLr())[0] for b in BACKENDS}
     reference = runs[BACKENDS[0]]

@@ -3,7 +3,8 @@
 A TOML file of ``key = value`` lines, one key per command-line option of the command, named
 as the option without its dashes (``batch_size = 128`` for ``--batch-size 128``), plus the
 recipe's own names where they differ (``per_layer_weight_decay = {fc1 = 0.01}``; ``loss`` and
-``metric`` may be tables: ``loss = {name = "cross_entropy", label_smoothing = 0.1}``). Flags
+``metric`` may be tables: ``loss = {name = "cross_entropy", label_smoothing = 0.1}``; a
+repeatable option takes a list: ``plugin = ["pkg.mod:Class"]``). Flags
 written on the command line override the file; the file overrides ``--recipe``'s preset
 (``recipe = "NAME"`` in the file names one) and the defaults. An unknown key, a value of the
 wrong type or out of range is one line naming the key and its line in the file.
@@ -80,6 +81,9 @@ def _convert(action: argparse.Action, key: str, value: Any, where: str) -> Any:
         return value
     if key == "log" and isinstance(value, list):  # log = ["csv", "mlflow"]
         return ",".join(_typed(item, str, where) for item in value)
+    if isinstance(action, argparse._AppendAction):  # plugin = ["pkg.mod:Class", ...]
+        items = value if isinstance(value, list) else [value]
+        return [_typed(item, str, where) for item in items]
     if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction):
         return _typed(value, bool, where)
     if isinstance(action, argparse.BooleanOptionalAction):
