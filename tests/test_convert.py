@@ -448,7 +448,7 @@ def test_a_large_input_is_announced(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A conversion of a large file says what it does before the seconds it takes."""
-    cli = importlib.import_module("polytrain.cli.main")  # the module (the package exports main)
+    cli = importlib.import_module("polytrain.cli.convert")
     ck = save_checkpoint(tmp_path / "ck", params=random_params(SPECS["lenet"]), spec=SPECS["lenet"])
     assert convert(ck, tmp_path / "small.pdparams", "--to", "paddle") == 0
     assert "reading" not in capsys.readouterr().err  # small: silent

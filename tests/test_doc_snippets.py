@@ -12,7 +12,8 @@ import pytest
 from doc_snippets import ROOT, Snippet, code_lines, commands, snippets
 from test_examples_flags import help_flags
 
-from polytrain.cli.main import build_parser, explicit_options, recipe_from_args
+from polytrain.cli.parser import build_parser
+from polytrain.cli.recipe_args import explicit_options, recipe_from_args
 
 SNIPPETS = snippets()
 

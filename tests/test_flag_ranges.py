@@ -7,7 +7,9 @@ import re
 
 import pytest
 
-from polytrain.cli.main import build_parser, main, recipe_from_args
+from polytrain.cli.main import main
+from polytrain.cli.parser import build_parser
+from polytrain.cli.recipe_args import recipe_from_args
 from polytrain.distributed.launcher import LaunchSpec
 from polytrain.errors import ConfigError
 from polytrain.training.recipe import Recipe

@@ -25,7 +25,9 @@ from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
 from polytrain.backend.base import parse_devices
-from polytrain.cli.main import build_parser, main, recipe_from_args
+from polytrain.cli.main import main
+from polytrain.cli.parser import build_parser
+from polytrain.cli.recipe_args import recipe_from_args
 from polytrain.data.idx import encode_idx, parse_idx
 from polytrain.distributed.launcher import LaunchSpec
 from polytrain.errors import PolytrainError

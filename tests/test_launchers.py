@@ -16,7 +16,8 @@ import pytest
 from launch_helpers import POLYTRAIN, REPO, clean_env
 
 from polytrain import BackendInfo, hookimpl
-from polytrain.cli.main import first_in_order, main
+from polytrain.cli.compare import first_in_order
+from polytrain.cli.main import main
 from polytrain.distributed.launch import launch
 from polytrain.distributed.launcher import Launcher, LaunchSpec
 from polytrain.distributed.network import free_port

@@ -20,7 +20,7 @@ from polytrain_torch._format import TorchFormat
 
 from polytrain import get_model_spec, hookimpl
 from polytrain.backend.native_format import LayoutRules, NativeFormat, PathLike
-from polytrain.cli.main import build_parser
+from polytrain.cli.parser import build_parser
 from polytrain.errors import CheckpointError
 from polytrain.io.convert import read_weights, targets, write_weights
 from polytrain.io.native import detect_format, read_native

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from polytrain.cli.config_file import apply_config
-from polytrain.cli.main import build_parser, explicit_options, recipe_from_args
+from polytrain.cli.parser import build_parser
+from polytrain.cli.recipe_args import explicit_options, recipe_from_args
 from polytrain.errors import ConfigError
 from polytrain.training.presets import PRESETS, preset_recipe
 from polytrain.training.recipe import Recipe

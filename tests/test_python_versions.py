@@ -13,7 +13,7 @@ from polytrain_mxnet._compat import MXNET_MAX_NUMPY, installed_numpy_version
 from polytrain_mxnet._compat import mxnet_incompatibility as why_not
 from rich.console import Console
 
-from polytrain.cli.main import _table
+from polytrain.cli.output import make_table
 from polytrain.plugins.registry import registered_backends
 
 PYPROJECT = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
@@ -67,5 +67,7 @@ def test_mxnet_entry_follows_this_environment() -> None:
 def test_cli_table_keeps_square_brackets() -> None:
     """`polytrain backends` prints hints such as polytrain[mxnet] verbatim, not as markup."""
     out = io.StringIO()
-    Console(file=out, width=200).print(_table("t", ["hint"], [["pip install 'polytrain[mxnet]'"]]))
+    Console(file=out, width=200).print(
+        make_table("t", ["hint"], [["pip install 'polytrain[mxnet]'"]])
+    )
     assert "pip install 'polytrain[mxnet]'" in out.getvalue()

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from polytrain.cli.config_file import FIELD_OPTIONS
-from polytrain.cli.main import build_parser, explicit_options, main, recipe_from_args
+from polytrain.cli.main import main
+from polytrain.cli.parser import build_parser
+from polytrain.cli.recipe_args import explicit_options, recipe_from_args
 from polytrain.errors import ConfigError
 from polytrain.training.recipe import Recipe
 

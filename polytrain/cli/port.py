@@ -1,0 +1,73 @@
+"""``polytrain port`` (a model's weights into another framework's model, verified) and
+``polytrain port-code`` (Paddle source into PyTorch source)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from polytrain.cli.convert import map_json
+from polytrain.errors import ConfigError
+
+
+def _hints(items: Sequence[str] | None, path: str | None) -> dict[str, str | None]:
+    """SOURCE=TARGET pairs (SOURCE= leaves a source layer out) and a JSON file of the same."""
+    found: dict[str, str | None] = {}
+    if path is not None:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"Cannot read the hints file {path}: {exc}.") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path} must be a JSON object {{source layer: target layer}}.")
+        found.update({str(k): (str(v) if v else None) for k, v in data.items()})
+    for item in items or []:
+        source, sep, target = item.partition("=")
+        if not sep or not source:
+            raise ConfigError(f"--hint {item!r} is not SOURCE_LAYER=TARGET_LAYER.")
+        found[source] = target or None
+    return found
+
+
+def cmd_port(args: argparse.Namespace) -> int:
+    """Port a model's weights into another framework's model object, verified."""
+    from polytrain.porting.api import port
+
+    shape = None
+    if args.input_shape:
+        try:
+            shape = [int(n) for n in args.input_shape.replace("x", ",").split(",") if n]
+            if not shape or min(shape) < 1:
+                raise ValueError
+        except ValueError:
+            raise ConfigError(
+                f"--input-shape {args.input_shape!r} is not like 1,3,224,224 (sizes >= 1)."
+            ) from None
+    if args.output is None and not args.print_map:
+        args.subparser.error("the output file is required (or --print-map)")
+    result = port(
+        args.source, args.target, input_shape=shape, inputs=args.input,
+        hints=_hints(args.hint, args.hints), tolerance=args.tolerance, weights=args.weights,
+        out=None if args.print_map else args.output, map_out=args.map_out,
+        report_out=args.report, seed=args.seed,
+    )  # fmt: skip
+    if args.print_map:
+        print(map_json(result.map_json()))
+    print(result.format(), file=sys.stderr if args.print_map else sys.stdout)
+    if not result.passed:
+        return 1
+    if args.output is not None and not args.print_map:
+        print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_port_code(args: argparse.Namespace) -> int:
+    """Convert Paddle source code into PyTorch source code; report what was converted."""
+    from polytrain.porting.code import EXIT_UNCONVERTED, port_code
+
+    report = port_code(args.source, args.output, overwrite=args.overwrite)
+    print(report.format(show_unsupported=args.show_unsupported))
+    return 0 if report.all_converted else EXIT_UNCONVERTED
