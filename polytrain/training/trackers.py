@@ -217,10 +217,12 @@ class MlflowTracker:
         mlrun = self.client.create_run(experiment_id, run_name=name)
         self.run_id = mlrun.info.run_id
         if self.out_dir is not None:
-            record = {"tracking_uri": self.tracking_uri, "experiment_id": experiment_id}
-            atomic_write_text(
-                self.out_dir / MLFLOW_RUN_FILE, json.dumps({**record, "run_id": self.run_id})
-            )
+            record = {
+                "tracking_uri": self.tracking_uri,
+                "experiment_id": experiment_id,
+                "run_id": self.run_id,
+            }
+            atomic_write_text(self.out_dir / MLFLOW_RUN_FILE, json.dumps(record))
         tags = {
             "polytrain.backend": run.backend,
             "polytrain.framework_version": run.framework_version,
