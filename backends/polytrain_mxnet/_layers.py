@@ -19,6 +19,8 @@ from mxnet.gluon import nn
 from polytrain.errors import BackendError
 from polytrain.neutral import dropout_masks, models
 
+from ._channel_blocks import ChannelPlan, applies, plan_channels, run_padded
+from ._precision import autocast_active
 from ._rnn_layers import build_recurrent_layer
 from ._rnn_names import canonical_name
 from ._seq_layers import build_sequence_layer
@@ -103,13 +105,22 @@ class _StatsRoot(nn.HybridBlock):
 
 
 class _Sequential(_StatsRoot):
-    def __init__(self, layers: list[tuple[str, nn.HybridBlock]]) -> None:
+    """The children in order; traced with zero-padded convolution channels where
+    ``channels`` says (:mod:`._channel_blocks`)."""
+
+    def __init__(
+        self, layers: list[tuple[str, nn.HybridBlock]], channels: ChannelPlan | None = None
+    ) -> None:
         super().__init__()
         for name, block in layers:
             self.register_child(block, name)
+        self._channels = channels
 
     def _body(self, F: Any, x: Any) -> Any:
-        for block in self._children.values():
+        blocks = list(self._children.values())
+        if self._channels is not None and applies(blocks, F, self._channels, autocast_active()):
+            return run_padded(F, x, blocks, self._channels)
+        for block in blocks:
             x = block(x)
         return x
 
@@ -284,7 +295,8 @@ class _Dropout(nn.Dropout):
 def build(layer: models.Layer) -> nn.HybridBlock:
     """A Gluon block for one neutral layer (shapes given, so nothing is deferred)."""
     if isinstance(layer, models.Sequential):
-        return _Sequential([(n, build(c)) for n, c in layer.layers])
+        children = [(n, build(c)) for n, c in layer.layers]
+        return _Sequential(children, plan_channels([c for _, c in layer.layers]))
     if isinstance(layer, models.Residual):
         short = None if layer.shortcut is None else build(layer.shortcut)
         return _Residual(build(layer.body), short)

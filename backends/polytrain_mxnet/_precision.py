@@ -36,6 +36,11 @@ _lock = threading.Lock()
 _active: list[str] = []  # the precision entered, once per nesting level
 
 
+def autocast_active() -> bool:
+    """Whether an :func:`autocast` context is open (its operators are amp's wrappers)."""
+    return bool(_active)
+
+
 def _namespaces(root: ModuleType) -> list[ModuleType]:
     """The modules amp rewraps: mx.nd (or mx.sym), its .op and ._internal, and one
     submodule per operator prefix (contrib, linalg, random, ...)."""
