@@ -74,9 +74,14 @@ def test_mxnet_step_benchmark_runs_all_three() -> None:
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "'engine_workers': 0" in out  # NaiveEngine, as polytrain picks it
-    assert re.search(r"op-by-op : +\d+ samples/s", out)
+    assert re.search(r"op-by-op +: +\d+ samples/s", out)
     assert re.search(r"polytrain/op-by-op: samples/s \d\.\d+ \[", out)
     assert "(equal)" in out
+    proc = subprocess.run(
+        [*cmd, "--before", "plain-channels"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"polytrain/plain-channels: samples/s \d\.\d+ \[", proc.stdout)
 
 
 def test_torch_malloc_benchmark_runs_both(capsys: pytest.CaptureFixture[str]) -> None:
