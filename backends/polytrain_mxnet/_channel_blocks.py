@@ -8,13 +8,14 @@ until it reaches the im2col + gemm kernel on plain NCHW (``x64:gemm:jit``). LeNe
 direct kernels (docs/performance.md, "MXNet's convolution channels").
 
 Inside a hybridized :class:`_Sequential`, a run of convolutions, ReLUs and poolings is
-traced with each convolution's channels padded to a multiple of :data:`BLOCK` by zero
-weights and zero biases (concatenated in the graph: the parameters keep their shapes and
-names) and the padding sliced off where the run ends. A padded output channel is
-``relu(0) = 0`` and pools to 0; the next convolution's zero weights read it, so the real
-channels get the same sums plus exact zeros (float32 rounding may differ: another kernel
-adds in another order). Only float32 on a CPU and outside autocast; imperative calls
-(evaluation under ``--no-fast``, ``--inspect``) run the plain layers.
+traced with the convolutions' channels padded to a multiple of :data:`BLOCK` where that was
+measured faster (:func:`plan_channels`), by zero weights and zero biases (concatenated in
+the graph: the parameters keep their shapes and names), and the padding sliced off where
+the run ends. A padded output channel is ``relu(0) = 0`` and pools to 0; the next
+convolution's zero weights read it, so the real channels get the same sums plus exact
+zeros (float32 rounding may differ: another kernel adds in another order). Only float32 on
+a CPU and outside autocast; imperative calls (evaluation under ``--no-fast``,
+``--inspect``) run the plain layers.
 """
 
 from __future__ import annotations
