@@ -24,10 +24,6 @@ FIRST = (1, 3, 6, 12)
 SLICED = ((3, 20), (16, 20), (16, 50), (32, 100))
 
 
-def _round_up(n: int) -> int:
-    return -(-n // 16) * 16
-
-
 def _pass(
     mx: Any, ic: int, oc: int, hw: int, input_grad: bool, then: str = "relu", keep: int = 0
 ) -> Callable[[], None]:
@@ -90,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 
     backend = get_backend("mxnet", threads=args.threads)  # before mxnet: NaiveEngine
     import mxnet as mx
-    from polytrain_mxnet._channel_blocks import plan_channels
+    from polytrain_mxnet._channel_blocks import padded_channels, plan_channels
 
     from polytrain.neutral.models import Conv2d, ReLU
 
@@ -99,18 +95,22 @@ def main(argv: list[str] | None = None) -> int:
     for c in INNER:  # the plan pads the output when the input is padded or whole blocks
         pads = plan_channels([Conv2d(16, c, 3), ReLU()]) is not None
         times = _compare(
-            _pass(mx, c, c, 14, True), _pass(mx, _round_up(c), _round_up(c), 14, True),
+            _pass(mx, c, c, 14, True), _pass(mx, padded_channels(c), padded_channels(c), 14, True),
             args.repeats,
         )  # fmt: skip
         print(f"{f'{c} -> {c}':>14} {times}  {'yes' if pads else 'no'}")
     for ic in FIRST:
         pads = plan_channels([Conv2d(ic, 20, 3), ReLU()]) is not None
-        times = _compare(_pass(mx, ic, 20, 28, False), _pass(mx, ic, 32, 28, False), args.repeats)
+        times = _compare(
+            _pass(mx, ic, 20, 28, False),
+            _pass(mx, ic, padded_channels(20), 28, False),
+            args.repeats,
+        )
         print(f"{f'{ic} -> 20 (first)':>14} {times}  {'yes' if pads else 'no'}")
     for ic, oc in SLICED:  # padded output sliced at once: worth it or not
         times = _compare(
             _pass(mx, ic, oc, 14, ic > 3, then="nothing"),
-            _pass(mx, ic, _round_up(oc), 14, ic > 3, then="slice", keep=oc),
+            _pass(mx, ic, padded_channels(oc), 14, ic > 3, then="slice", keep=oc),
             args.repeats,
         )  # fmt: skip
         print(f"{f'{ic} -> {oc} sliced':>14} {times}")

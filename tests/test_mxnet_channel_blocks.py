@@ -27,7 +27,6 @@ from polytrain.testing import batch
 
 mx = pytest.importorskip("mxnet")
 from mxnet import autograd  # noqa: E402
-from polytrain_mxnet import _layers  # noqa: E402
 from polytrain_mxnet._channel_blocks import PaddedConv, plan_channels  # noqa: E402
 from polytrain_mxnet._precision import autocast  # noqa: E402
 
@@ -74,14 +73,10 @@ def test_a_padded_run_ends_at_any_other_layer_and_at_the_end() -> None:
 
 def _steps(spec: ModelSpec, dtype: str, fast: bool, pad: bool = True) -> tuple[list, Any]:
     """Two recorded forward/backward passes: outputs and gradients, and the block."""
-    original = _layers.plan_channels
+    b = get_backend("mxnet", fast=fast)
+    model = b.build_model(spec, dtype=dtype)
     if not pad:
-        _layers.plan_channels = lambda layers: None  # type: ignore[assignment]
-    try:
-        b = get_backend("mxnet", fast=fast)
-        model = b.build_model(spec, dtype=dtype)
-    finally:
-        _layers.plan_channels = original
+        model.native._channels = None  # as built without a plan (no graph traced yet)
     b.set_params(model, spec.init_params(seed=3))
     net, params = model.native, sorted(model.native._collect_params_with_prefix().items())
     seen = []

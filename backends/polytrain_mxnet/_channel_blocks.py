@@ -51,14 +51,15 @@ class ChannelPlan:
     slices: dict[int, int]  # child index -> real channel count to keep
 
 
-def _round_up(n: int) -> int:
+def padded_channels(n: int) -> int:
+    """``n`` channels rounded up to a whole number of blocks."""
     return -(-n // BLOCK) * BLOCK
 
 
 def _worth_padding(channels: int) -> bool:
     """Measured (docs/performance.md): oneDNN already runs a multiple of 8 channels with
     its 8-wide kernels; other counts gain from padding when it adds at most 60 %."""
-    return channels % 8 != 0 and _round_up(channels) * 5 <= channels * 8
+    return channels % 8 != 0 and padded_channels(channels) * 5 <= channels * 8
 
 
 def _plain_input_reads_fast(channels: int) -> bool:
@@ -82,7 +83,7 @@ def plan_channels(layers: list[models.Layer]) -> ChannelPlan | None:
         if isinstance(layer, models.Conv2d):
             ic, oc = layer.in_channels, layer.out_channels
             pad_out = _worth_padding(oc) and (padded is not None or _plain_input_reads_fast(ic))
-            out = _round_up(oc) if pad_out else oc
+            out = padded_channels(oc) if pad_out else oc
             if padded is not None and out % BLOCK:
                 slices[i] = real
                 padded = None

@@ -117,10 +117,11 @@ class _Sequential(_StatsRoot):
         self._channels = channels
 
     def _body(self, F: Any, x: Any) -> Any:
-        blocks = list(self._children.values())
-        if self._channels is not None and applies(blocks, F, self._channels, autocast_active()):
-            return run_padded(F, x, blocks, self._channels)
-        for block in blocks:
+        if self._channels is not None:
+            blocks = list(self._children.values())
+            if applies(blocks, F, self._channels, autocast_active()):
+                return run_padded(F, x, blocks, self._channels)
+        for block in self._children.values():
             x = block(x)
         return x
 
