@@ -128,7 +128,9 @@ def parse_devices(
             raise ConfigError("An empty device list: give at least one device, e.g. 'cpu'.")
         return names
     text = spec.strip().lower()
-    if text in ("", "cpu"):
+    if not text:
+        raise ConfigError("An empty device spec: give at least one device, e.g. 'cpu'.")
+    if text == "cpu":
         return ["cpu"]
     if text == "gpu" and cluster is not None and cluster.local_world_size > 1 and gpu_count:
         return [process_gpu(cluster, gpu_count, env)]

@@ -13,10 +13,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """Run one recipe on several backends and report the differences."""
     from polytrain.parity.compare import Tolerances, compare
     from polytrain.parity.report import lockstep_table, pairs_table, table
-    from polytrain.plugins.registry import installed_backends, registered_backends
+    from polytrain.plugins.registry import (
+        installed_backends,
+        registered_backends,
+        resolve_backend_name,
+    )
 
     if args.backends:
         backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+        for name in backends:  # every name known and installed before any run starts
+            resolve_backend_name(name)
     else:  # in the plugins' BackendInfo.order
         backends = installed_backends()
     tol = Tolerances(args.tol_loss, args.parity_steps, args.tol_acc, grad=args.tol_grad)

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from polytrain.cli.output import make_console, make_table
-from polytrain.errors import PolytrainError
+from polytrain.errors import BackendError, PolytrainError
 
 
 def cmd_backends(args: argparse.Namespace) -> int:
@@ -86,6 +86,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from polytrain.plugins.registry import registered_backends
 
     names = args.names or list(registered_backends())
+    unknown = [name for name in names if name not in registered_backends()]
+    if unknown:
+        raise BackendError(
+            f"Unknown backend {unknown[0]!r}; registered: {', '.join(registered_backends())}. "
+            "polytrain doctor probes registered backends (installed or not)."
+        )
     reports = run_doctor(names, collectives=not args.no_collectives, progress=not args.json)
     if args.json:
         print(json.dumps(reports, indent=2))

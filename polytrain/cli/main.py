@@ -8,16 +8,19 @@ can fix into one clear line and exit status 2, never a traceback.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import signal
 import sys
+import traceback
 from collections.abc import Iterator, Sequence
 
 from polytrain.cli.config_file import apply_config
 from polytrain.cli.parser import build_parser
 from polytrain.cli.recipe_args import explicit_options
 from polytrain.errors import PolytrainError
+from polytrain.utils.user_code import DEBUG_VARIABLE, debug_enabled
 
 
 class Stopped(BaseException):
@@ -62,6 +65,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     args.explicit = explicit_options(argv, args.subparser)
+    with _debug(getattr(args, "debug", False)):
+        return _run(args)
+
+
+@contextlib.contextmanager
+def _debug(wanted: bool) -> Iterator[None]:
+    """``--debug`` as ``POLYTRAIN_DEBUG=1`` for this command (child runs inherit it)."""
+    previous = os.environ.get(DEBUG_VARIABLE)
+    if wanted:
+        os.environ[DEBUG_VARIABLE] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(DEBUG_VARIABLE, None)
+        else:
+            os.environ[DEBUG_VARIABLE] = previous
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command, with every error the user can fix as one line."""
     try:
         if getattr(args, "config", None):
             args.explicit |= apply_config(args, args.subparser, args.config)
@@ -77,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"polytrain {args.command}: interrupted by {name}", file=sys.stderr)
         return 128 + stop.signum
     except PolytrainError as exc:
+        if debug_enabled():
+            traceback.print_exception(exc)
         print(f"polytrain {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # one a user can cause (a path, a full disk) is one line too

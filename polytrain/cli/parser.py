@@ -339,4 +339,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--explain", action="store_true", help="which source won and why")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_env, subparser=p)
+    for command in sub.choices.values():
+        command.add_argument(
+            "--debug",
+            action="store_true",
+            help="on an error, print its traceback (a user's model, plugin or file included) "
+            "after the one line; also POLYTRAIN_DEBUG=1",
+        )
     return parser

@@ -19,9 +19,11 @@ from typing import Any
 import numpy as np
 
 from polytrain.data.loader import ArrayDataset
+from polytrain.data.npz_file import read_npz
 from polytrain.errors import DataError
 from polytrain.neutral.losses import LossSpec, MetricSpec, check_targets
 from polytrain.neutral.models import Embedding, ModelSpec
+from polytrain.neutral.shape_check import sample_output_shape
 
 NPZ_KEYS = {"train": ("x_train", "y_train"), "test": ("x_test", "y_test")}
 
@@ -150,7 +152,7 @@ def as_split(
         raise DataError(f"{where}: inputs must be float or uint8, got {x.dtype}.")
     elif x.dtype != np.float64:
         x = x.astype(np.float32)
-    check_targets(loss, metric, y, spec.num_classes, where)
+    check_targets(loss, metric, y, spec.num_classes, where, sample_output_shape(spec))
     y = y.astype(np.int64) if y.dtype.kind in "iu" else y.astype(np.promote_types(y.dtype, "f4"))
     return UserArrays(np.ascontiguousarray(x), np.ascontiguousarray(y), source=where, origin=origin)
 
@@ -161,11 +163,7 @@ def load_npz(
     """The splits of an ``.npz``: ``x_train``, ``y_train`` (required), ``x_test``, ``y_test``
     (optional, both or neither). Other keys are refused (a typo would go unnoticed)."""
     where = os.fspath(path)
-    try:
-        with np.load(where, allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{where}: not a readable .npz file ({exc}).") from None
+    arrays = read_npz(where)
     known = {k for pair in NPZ_KEYS.values() for k in pair}
     unknown = sorted(set(arrays) - known)
     if unknown:

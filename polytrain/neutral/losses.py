@@ -280,12 +280,21 @@ def metric_sum(spec: MetricSpec, outputs: np.ndarray, targets: np.ndarray) -> fl
 
 
 def check_targets(
-    loss: LossSpec, metric: MetricSpec, targets: np.ndarray, outputs: int, where: str
+    loss: LossSpec,
+    metric: MetricSpec,
+    targets: np.ndarray,
+    outputs: int,
+    where: str,
+    sample_output: tuple[int, ...] | None = None,
 ) -> None:
     """One line unless ``targets`` fit the loss and metric for ``outputs`` outputs/sample:
     integer labels ``[N]`` (or ``[N, T]``: sequence targets) in ``0..outputs-1`` for class
-    losses, else floats ``[N, outputs]`` (or ``[N]`` when ``outputs`` is 1)."""
+    losses, else floats ``[N, outputs]`` (or ``[N]`` when ``outputs`` is 1). With the
+    model's ``sample_output`` shape known, class labels must have its leading dims: ``[N]``
+    for ``(classes,)``, ``[N, T]`` for ``(T, classes)``."""
     y = np.asarray(targets)
+    if loss.class_targets and sample_output is not None:
+        _check_label_dims(y, sample_output, where)
     if loss.class_targets != metric.class_targets:
         raise ConfigError(
             f"Loss {loss.name!r} and metric {metric.label!r} want different targets (class "
@@ -319,3 +328,21 @@ def check_targets(
             f"{' or [N]' if outputs == 1 else ''} (the model's outputs); got {y.dtype} with "
             f"shape {y.shape}."
         )
+
+
+def _check_label_dims(y: np.ndarray, sample_output: tuple[int, ...], where: str) -> None:
+    """Labels shaped as the model's predictions, without their class axis."""
+    want = sample_output[:-1]
+    if tuple(y.shape[1:]) == want:
+        return
+    model = "[N, " + ", ".join(map(str, sample_output)) + "]"
+    if not want:
+        fix = " (one label per sample: y.reshape(-1))" if y.ndim == 2 and y.shape[1] == 1 else ""
+        raise DataError(
+            f"{where}: labels have shape {list(y.shape)}, but the model predicts {model}, one "
+            f"class per sample: the labels must be [N]{fix}."
+        )
+    raise DataError(
+        f"{where}: labels have shape {list(y.shape)}, but the model predicts {model}: the "
+        f"labels must be [N, {', '.join(map(str, want))}], one class per position."
+    )

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from polytrain.errors import ConfigError
+from polytrain.neutral import spec_check
 from polytrain.neutral.recurrent import (
     GRU,
     LSTM,
@@ -347,6 +348,10 @@ class ModelSpec:
             raise ConfigError(f"num_classes must be an integer >= 1, got {self.num_classes!r}.")
         if not isinstance(self.net, Sequential):
             raise ConfigError(f"A model spec's net must be a Sequential, got {self.net!r}.")
+        if not (isinstance(self.init_std, int | float) and math.isfinite(self.init_std)):
+            raise ConfigError(f"init_std must be a finite number, got {self.init_std!r}.")
+        spec_check.check_tree(self.net, self.name)
+        spec_check.check_memory(self.name, self.num_parameters())
 
     # -- walking ----------------------------------------------------------------------------
 
@@ -459,15 +464,19 @@ class ModelSpec:
             return cls(
                 name=str(data["name"]),
                 net=net,
-                input_shape=tuple(int(v) for v in data["input_shape"]),
-                num_classes=int(data["num_classes"]),
+                input_shape=tuple(data["input_shape"]),
+                num_classes=data["num_classes"],
                 init=str(data.get("init", "xavier_uniform")),
-                init_std=float(data.get("init_std", 0.01)),
+                init_std=data.get("init_std", 0.01),
                 has_randomness=bool(data.get("has_randomness", False)),
                 description=str(data.get("description", "")),
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"Not a valid model spec: {exc!r}") from exc
+        except ConfigError:
+            raise
+        except KeyError as exc:
+            raise ConfigError(f"Not a valid model spec: it has no {exc} field.") from None
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"Not a valid model spec: {exc}.") from exc
 
 
 BUFFER_SUFFIXES = (".running_mean", ".running_var")
@@ -580,40 +589,58 @@ def _as_sequential(data: Any) -> Any:
     return {"type": "Sequential", "layers": data} if isinstance(data, list) else data
 
 
-def _named_layer(entry: Any) -> tuple[str, Layer]:
+def _named_layer(entry: Any, depth: int) -> tuple[str, Layer]:
     """``[name, {type: ...}]`` or ``{name: ..., type: ...}`` (the file form)."""
     if isinstance(entry, dict):
         fields = dict(entry)
         if "name" not in fields:
-            raise ConfigError(f"A layer entry has no 'name': {entry!r}.")
-        return str(fields.pop("name")), _layer_from_dict(fields)
+            raise ConfigError(f"A layer entry has no 'name': {_short(entry)}.")
+        name = str(fields.pop("name"))
+        return name, _layer_from_dict(fields, depth + 1, name)
+    if not isinstance(entry, list | tuple) or len(entry) != 2:
+        raise ConfigError(f"A layer entry must be [name, layer] or a table: {_short(entry)}.")
     name, child = entry
-    return str(name), _layer_from_dict(_as_sequential(child))
+    return str(name), _layer_from_dict(_as_sequential(child), depth + 1, str(name))
 
 
-def _layer_from_dict(data: dict[str, Any]) -> Layer:
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _layer_from_dict(data: dict[str, Any], depth: int = 0, name: str = "net") -> Layer:
     if not isinstance(data, dict):
-        raise ConfigError(f"A layer must be a table/object with a 'type', got {data!r}.")
+        raise ConfigError(f"A layer must be a table/object with a 'type', got {_short(data)}.")
+    if depth > spec_check.MAX_DEPTH:
+        raise ConfigError(
+            f"The model spec nests layers more than {spec_check.MAX_DEPTH} levels deep (at "
+            f"{name!r}); flatten it into fewer Sequential levels."
+        )
     kind = data.get("type")
     if kind == "Sequential":
-        return Sequential(tuple(_named_layer(entry) for entry in data["layers"]))
+        return Sequential(tuple(_named_layer(entry, depth) for entry in data["layers"]))
     if kind == "Residual":
-        body = _layer_from_dict(_as_sequential(data["body"]))
+        body = _layer_from_dict(_as_sequential(data["body"]), depth + 1, "body")
         short = data.get("shortcut")
-        shortcut = None if short is None else _layer_from_dict(_as_sequential(short))
+        shortcut = (
+            None if short is None else _layer_from_dict(_as_sequential(short), depth + 1, name)
+        )
         if not isinstance(body, Sequential) or not (
             shortcut is None or isinstance(shortcut, Sequential)
         ):
             raise ConfigError("Residual body and shortcut must be Sequential.")
         return Residual(body, shortcut)
     if kind == "Add":
-        branches = tuple(_layer_from_dict(_as_sequential(b)) for b in data["branches"])
+        branches = tuple(
+            _layer_from_dict(_as_sequential(b), depth + 1, name) for b in data["branches"]
+        )
         if not all(isinstance(b, Sequential) for b in branches):
             raise ConfigError("Add branches must be Sequential (or lists of layers).")
         return Add(branches)  # type: ignore[arg-type]
     if kind not in LAYER_TYPES:
         raise ConfigError(f"Unknown layer type {kind!r} in model spec.")
     fields = {k: v for k, v in data.items() if k != "type"}
+    spec_check.check_fields(LAYER_TYPES[kind], fields, f"layer {name!r}")
     try:
         layer: Layer = LAYER_TYPES[kind](**fields)
     except TypeError as exc:

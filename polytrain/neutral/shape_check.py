@@ -8,6 +8,8 @@ cannot take what it is given, with the shapes, or the mismatch with the spec's
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from polytrain.neutral import reference
@@ -114,3 +116,23 @@ def describe_misfit(spec: ModelSpec, batch_shape: tuple[int, ...]) -> str | None
             f"batch of 1{': ' + misfit.why if misfit.why else ''}."
         )
     return None
+
+
+@functools.lru_cache(maxsize=8)
+def sample_output_shape(spec: ModelSpec) -> tuple[int, ...] | None:
+    """The shape of the model's output for one sample (``(classes,)``, or ``(T, classes)``
+    for a sequence model), from one zero sample through the numpy reference with zero
+    weights (read-only broadcast views: nothing the size of the model is allocated); None
+    when the reference cannot run it (the first step then names the misfit)."""
+    ids = isinstance(_first_layer(spec.net), Embedding)
+    x = np.zeros((1, *spec.input_shape), dtype=np.int64 if ids else np.float64)
+    params = {
+        name: np.broadcast_to(np.float64(1.0 if name.endswith(".running_var") else 0.0), shape)
+        for name, shape in spec.parameter_shapes().items()
+    }
+    try:
+        with np.errstate(all="ignore"):
+            out = reference.forward(spec, params, x)
+    except (ValueError, IndexError, KeyError, TypeError):
+        return None
+    return tuple(int(n) for n in out.shape[1:])

@@ -18,8 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from polytrain.errors import ConfigError
+from polytrain.neutral import spec_check
 from polytrain.neutral.models import MODELS, ModelSpec, get_model_spec
+from polytrain.utils.user_code import call_user, traceback_hint
 from polytrain.utils.user_import import import_user_module
+from polytrain.utils.user_text import read_user_text
 
 SPEC_SUFFIXES = (".json", ".toml")
 
@@ -41,13 +44,16 @@ def spec_from_file(path: str | os.PathLike[str]) -> ModelSpec:
     file = Path(path)
     if file.suffix not in SPEC_SUFFIXES:
         raise ConfigError(f"{file}: a model spec file ends in .json or .toml.")
+    text = read_user_text(file, "the model spec")
     try:
-        text = file.read_text(encoding="utf-8")
         data = tomllib.loads(text) if file.suffix == ".toml" else json.loads(text)
-    except OSError as exc:
-        raise ConfigError(f"Cannot read the model spec {file}: {exc.strerror or exc}.") from None
     except ValueError as exc:  # json.JSONDecodeError and tomllib.TOMLDecodeError
         raise ConfigError(f"{file} is not valid {file.suffix[1:].upper()}: {exc}.") from None
+    except RecursionError:
+        raise ConfigError(
+            f"{file} nests its brackets too deeply for a model spec (more than Python's "
+            f"recursion limit); a spec nests at most {spec_check.MAX_DEPTH} layer levels."
+        ) from None
     try:
         return spec_from_dict(data)
     except ConfigError as exc:
@@ -73,7 +79,11 @@ def spec_from_factory(ref: str) -> ModelSpec:
         if not hasattr(found, part):
             raise ConfigError(f"{module_name} has no {attr!r} (from --model {ref!r}).")
         found = getattr(found, part)
-    spec = found() if callable(found) and not isinstance(found, ModelSpec) else found
+    spec = (
+        call_user(found, f"--model {ref!r}")
+        if callable(found) and not isinstance(found, ModelSpec)
+        else found
+    )
     if not isinstance(spec, ModelSpec):
         raise ConfigError(
             f"--model {ref!r} gave a {type(spec).__name__}, not a polytrain ModelSpec "
@@ -87,6 +97,11 @@ def _import(module_name: str, ref: str) -> Any:
         return import_user_module(module_name, f"--model {ref!r}")
     except ImportError as exc:
         raise ConfigError(str(exc)) from None
+    except Exception as exc:  # an error inside the user's module, said in one line
+        raise ConfigError(
+            f"--model {ref!r}: importing {module_name!r} failed: {type(exc).__name__}: "
+            f"{exc}{traceback_hint()}"
+        ) from exc
 
 
 def is_spec_reference(ref: str) -> bool:

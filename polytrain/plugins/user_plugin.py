@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from polytrain.errors import ConfigError
+from polytrain.utils.user_code import call_user, traceback_hint
 from polytrain.utils.user_import import import_user_module
 
 TRAINING_HOOKS = (
@@ -28,12 +29,7 @@ def load_plugin(ref: str) -> object:
             raise ConfigError(f"--plugin {ref!r}: module {module_name} has no {attr!r}.")
         found = getattr(found, part)
     if callable(found) and not _is_plugin(found):
-        try:
-            found = found()
-        except Exception as exc:
-            raise ConfigError(
-                f"--plugin {ref!r}: calling {attr}() failed: {type(exc).__name__}: {exc}"
-            ) from exc
+        found = call_user(found, f"--plugin {ref!r}")
     if not _is_plugin(found):
         raise ConfigError(
             f"--plugin {ref!r} gave a {type(found).__name__} with none of the hooks "
@@ -53,5 +49,6 @@ def _import(module_name: str, ref: str) -> Any:
         raise ConfigError(str(exc)) from None
     except Exception as exc:  # an error inside the user's module, said in one line
         raise ConfigError(
-            f"--plugin {ref!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
-        ) from None
+            f"--plugin {ref!r}: importing {module_name!r} failed: {type(exc).__name__}: "
+            f"{exc}{traceback_hint()}"
+        ) from exc

@@ -95,6 +95,10 @@ class Recipe:
         self.metric_spec()
         self._check_schedule_and_clipping()
         check_dropout_masks(self.dropout_masks)
+        if not isinstance(self.devices, str) or not self.devices.strip():
+            raise ConfigError(
+                f"--devices {self.devices!r} names no device: give 'cpu', 'cpu:N' or 'gpu:0,1'."
+            )
 
     def _check_schedule_and_clipping(self) -> None:
         self.schedule = str(Schedule.parse(self.schedule))  # canonical; one line if malformed

@@ -54,6 +54,7 @@ from polytrain.io.run_dir import (
 )
 from polytrain.neutral.losses import check_targets
 from polytrain.neutral.models import ModelSpec
+from polytrain.neutral.shape_check import sample_output_shape
 from polytrain.neutral.sharding import share_bounds
 from polytrain.neutral.spec_file import is_spec_reference, resolve_model_spec
 from polytrain.plugins.control import TrainControl
@@ -63,6 +64,7 @@ from polytrain.training.builtin_plugins import JsonlLogger, ProgressBar
 from polytrain.training.compile_decision import CompileChoice, RunPlan, choose_compile, model_work
 from polytrain.training.curves import CurvesPlot
 from polytrain.training.early_stopping import EarlyStopping
+from polytrain.training.fit_checks import check_run_fits
 from polytrain.training.health import (
     DEFAULT_MAX_LOSS_GROWTH,
     DEFAULT_MAX_SKIPPED,
@@ -215,6 +217,7 @@ class Trainer:
         self.out_dir = Path(out_dir) if out_dir else None
         self.spec: ModelSpec = model_spec_for(recipe, resume)
         self.data = as_datasets(datasets, recipe, self.spec)
+        check_run_fits(recipe, self.spec, self.data.train)
         self.pm = make_plugin_manager()  # hooks run on every rank; plugins check run.is_main
         self.pm.register(ProgressBar(progress), name="polytrain.progress")
         if self.out_dir is not None:
@@ -789,7 +792,7 @@ def as_datasets(data: Any, recipe: Recipe, spec: ModelSpec) -> Datasets:
     for name, part in (("train", found.train), ("test", found.test), ("val", found.val)):
         if part is not None:
             where = part.source or f"the {name} set"
-            check_targets(loss, metric, part.y, spec.num_classes, where)
+            check_targets(loss, metric, part.y, spec.num_classes, where, sample_output_shape(spec))
     return found
 
 

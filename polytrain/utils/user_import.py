@@ -21,10 +21,14 @@ def import_user_module(module_name: str, what: str) -> ModuleType:
         sys.path.append(cwd)
         try:
             return importlib.import_module(module_name)
-        except ImportError as again:
+        except ModuleNotFoundError as again:
+            if again.name != module_name.partition(".")[0]:
+                raise ImportError(f"{what}: importing {module_name!r} failed: {again}.") from None
             raise ImportError(
                 f"{what}: cannot import {module_name!r} from sys.path or {cwd}: {again}. "
                 "Add its folder to PYTHONPATH."
             ) from None
-    except ImportError as exc:
-        raise ImportError(f"{what}: cannot import {module_name!r}: {exc}.") from None
+        except ImportError as again:  # found, but its own imports failed
+            raise ImportError(f"{what}: importing {module_name!r} failed: {again}.") from None
+    except ImportError as exc:  # found, but its own imports failed
+        raise ImportError(f"{what}: importing {module_name!r} failed: {exc}.") from None
