@@ -89,7 +89,8 @@ def test_user_sequence_npz_trains_with_perplexity(backend: str, tmp_path: Path) 
     np.savez(npz, x_train=ids[:8, :5], y_train=ids[:8, 1:], x_test=ids[8:, :5], y_test=ids[8:, 1:])
     model = "tests.test_char_lm:_token_model"
     recipe = preset_recipe(
-        "char-lm-fortunes", {"model": model, "data": str(npz), "schedule": "constant"}
+        "char-lm-fortunes",
+        {"model": model, "data": str(npz), "schedule": "constant", "batch_size": 8},
     )
     trainer = Trainer(recipe, backend, progress=False)
     assert trainer.data.train.x.dtype == np.int64 and trainer.data.train.x.max() >= 1

@@ -23,6 +23,10 @@ from polytrain.neutral.spec_check import physical_memory
 
 NPY_MAGIC = b"\x93NUMPY"
 SAVEZ_HINT = "np.savez(path, x_train=x, y_train=y)"
+# what zipfile and numpy raise on a damaged archive (NotImplementedError: an unknown zip
+# version or compression; RuntimeError: an encrypted member)
+DAMAGED = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError,
+           RuntimeError)  # fmt: skip
 
 
 def read_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
@@ -36,7 +40,7 @@ def read_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
             return {key: npz[key] for key in npz.files}
     except DataError:
         raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+    except DAMAGED as exc:
         raise DataError(f"{where}: truncated or corrupt .npz ({exc}); save it again.") from None
 
 
@@ -94,6 +98,6 @@ def _header(fh: IO[bytes], where: str, key: str) -> tuple[tuple[int, ...], np.dt
         version = fmt.read_magic(fh)
         read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
         shape, _fortran, dtype = read(fh)
-    except (ValueError, EOFError, OSError, zipfile.BadZipFile, zlib.error) as exc:
+    except DAMAGED as exc:
         raise DataError(f"{where}: array {key!r} is not a readable .npy member ({exc}).") from None
     return tuple(int(n) for n in shape), np.dtype(dtype)
