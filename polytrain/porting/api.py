@@ -170,7 +170,7 @@ def port(
     file) is written only when verification passes; ``map_out`` and ``report_out`` (JSON)
     always. Check ``result.passed``. An output that is one of the inputs (the weights, the
     batch, a model's module; a hard link or symlink counts) is refused before anything
-    is read."""
+    is written."""
     outputs = {"the output": out, "--map-out": map_out, "--report": report_out}
     batch_file = inputs if isinstance(inputs, str | os.PathLike) else None
     given = {"--weights": weights, "--input": batch_file}

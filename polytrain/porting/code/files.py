@@ -140,8 +140,9 @@ def _ticking(progress: Progress | None, total: int) -> Iterator[Callable[[int, P
     thread = threading.Thread(target=tick, name="port-code progress", daemon=True)
 
     def note(index: int, path: Path) -> None:
-        now.append((index, path))
-        if progress is not None and len(now) == 1:
+        first = not now
+        now[:] = [(index, path)]
+        if progress is not None and first:
             thread.start()
 
     try:
