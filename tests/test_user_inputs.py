@@ -212,7 +212,7 @@ def test_a_recipe_file_that_is_not_text_is_one_line(
     if case == "latin1":
         path.write_bytes(b'epochs = 1\nmodel = "caf\xe9"\n')
     line = train_refused(capsys, tmp_path / "run", "--config", str(path))
-    expected = {"latin1": "not UTF-8 text (byte 0xe9 on line 2)", "device": "not a regular file",
+    expected = {"latin1": "is not UTF-8 text (byte 0xe9 on line 2", "device": "not a regular file",
                 "folder": "is a folder"}[case]  # fmt: skip
     assert expected in line, line
 

@@ -14,7 +14,6 @@ import numpy as np
 
 from polytrain.backend.mismatch import compare_names
 from polytrain.backend.model_walker import LayerTensor, ModelWalker, Trace, WalkedLayer
-from polytrain.backend.native_format import PathLike
 from polytrain.errors import ConfigError
 
 ROLES = {"gamma": "weight", "beta": "bias"}
@@ -88,16 +87,28 @@ class GluonWalker(ModelWalker):
         params = model._collect_params_with_prefix()
         return {k: p.data().asnumpy() for k, p in params.items()}
 
-    def load_state(self, model: Any, tensors: Mapping[str, np.ndarray]) -> None:
+    def load_state(
+        self, model: Any, tensors: Mapping[str, np.ndarray], what: str = "the ported state"
+    ) -> None:
         import mxnet as mx
 
         params = model._collect_params_with_prefix()
-        compare_names(params, tensors).check("the ported state", 6)
+        compare_names(params, tensors).check(what, 6)
         for key, value in tensors.items():
             params[key].set_data(mx.nd.array(np.asarray(value), dtype=np.asarray(value).dtype))
 
-    def load_file(self, model: Any, path: PathLike) -> None:
-        model.load_parameters(str(path))
+    def load_saved(self, model: Any, tensors: Mapping[str, np.ndarray], source: str) -> None:
+        """``save_parameters`` names tensors by their place in the model (``0.weight``), as
+        the state does; an older ``save_params`` file by their Gluon name (``dense0_weight``,
+        with or without the model's prefix): those are renamed when every one matches."""
+        params = model._collect_params_with_prefix()
+        if set(tensors) != set(params):
+            legacy: dict[str, str] = {}
+            for key, param in params.items():
+                legacy[param.name] = legacy[param.name.removeprefix(model.prefix)] = key
+            if tensors and all(name in legacy for name in tensors):
+                tensors = {legacy[name]: value for name, value in tensors.items()}
+        self.load_state(model, tensors, source)
 
     def trace(self, model: Any, inputs: np.ndarray) -> Trace:
         import mxnet as mx

@@ -13,7 +13,6 @@ import numpy as np
 
 from polytrain.backend.mismatch import compare_names
 from polytrain.backend.model_walker import LayerTensor, ModelWalker, Trace, WalkedLayer
-from polytrain.backend.native_format import PathLike
 
 ROLES = {"_mean": "running_mean", "_variance": "running_var"}
 
@@ -39,6 +38,20 @@ def _first_tensor(value: Any) -> Any:
     while isinstance(value, tuple | list) and value:
         value = value[0]
     return value
+
+
+def _with_aliases(state: Mapping[str, Any], tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """``tensors`` plus, for each tensor the model's state lists under several names (the
+    same parameter object), the names the file left out."""
+    names: dict[int, list[str]] = {}
+    for key, value in state.items():
+        names.setdefault(id(value), []).append(key)
+    out = dict(tensors)
+    for group in names.values():
+        given = next((k for k in group if k in tensors), None)
+        if given is not None:
+            out.update({k: tensors[given] for k in group if k not in tensors})
+    return out
 
 
 class PaddleWalker(ModelWalker):
@@ -84,18 +97,18 @@ class PaddleWalker(ModelWalker):
     def state(self, model: Any) -> dict[str, np.ndarray]:
         return {k: np.asarray(v.numpy()) for k, v in model.state_dict().items()}
 
-    def load_state(self, model: Any, tensors: Mapping[str, np.ndarray]) -> None:
+    def load_state(
+        self, model: Any, tensors: Mapping[str, np.ndarray], what: str = "the ported state"
+    ) -> None:
         import paddle
 
-        compare_names(model.state_dict(), tensors).check("the ported state", 6)
+        compare_names(model.state_dict(), tensors).check(what, 6)
         model.set_state_dict({k: paddle.to_tensor(np.array(v)) for k, v in tensors.items()})
 
-    def load_file(self, model: Any, path: PathLike) -> None:
-        import paddle
-
-        state = paddle.load(str(path))
-        compare_names(model.state_dict(), state).check(f"{path}", 6)
-        model.set_state_dict(state)
+    def load_saved(self, model: Any, tensors: Mapping[str, np.ndarray], source: str) -> None:
+        """The file lists an RNN's tensors once (the reader drops their cell aliases,
+        ``0.cell.weight_ih``); the state lists each under every name it has."""
+        self.load_state(model, _with_aliases(model.state_dict(), tensors), source)
 
     def trace(self, model: Any, inputs: np.ndarray) -> Trace:
         import paddle

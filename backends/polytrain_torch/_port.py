@@ -10,7 +10,6 @@ import numpy as np
 
 from polytrain.backend.mismatch import compare_names
 from polytrain.backend.model_walker import LayerTensor, ModelWalker, Trace, WalkedLayer
-from polytrain.backend.native_format import PathLike
 
 
 def _kind(module: Any) -> str:
@@ -65,16 +64,13 @@ class TorchWalker(ModelWalker):
     def state(self, model: Any) -> dict[str, np.ndarray]:
         return {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
 
-    def load_state(self, model: Any, tensors: Mapping[str, np.ndarray]) -> None:
+    def load_state(
+        self, model: Any, tensors: Mapping[str, np.ndarray], what: str = "the ported state"
+    ) -> None:
         import torch
 
-        compare_names(model.state_dict(), tensors).check("the ported state", 6)
+        compare_names(model.state_dict(), tensors).check(what, 6)
         model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in tensors.items()})
-
-    def load_file(self, model: Any, path: PathLike) -> None:
-        import torch
-
-        model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
 
     def trace(self, model: Any, inputs: np.ndarray) -> Trace:
         import torch

@@ -8,6 +8,10 @@ tensors, in registration order, each with its kind (``Linear``, ``Conv2d``, ``Ba
 each to the canonical (PyTorch) layout: the layer object is the evidence for the layout.
 It also runs a model in eval mode with forward hooks on those layers. Everything crosses
 the boundary as numpy; the framework is imported only inside the methods.
+
+A walker never reads a file: a weights file a user gives (``port --weights``) is data,
+read by polytrain's own reader of its format (:func:`polytrain.io.native.read_native`,
+which never runs code from a file), and only its tensors reach :meth:`ModelWalker.load_saved`.
 """
 
 from __future__ import annotations
@@ -18,8 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from polytrain.backend.native_format import PathLike
 
 KINDS = ("Linear", "Conv1d", "Conv2d", "Conv3d", "BatchNorm", "Embedding", "LayerNorm")
 
@@ -83,12 +85,18 @@ class ModelWalker(ABC):
         """The model's whole state as its framework saves it (native names and layout)."""
 
     @abstractmethod
-    def load_state(self, model: Any, tensors: Mapping[str, np.ndarray]) -> None:
-        """Load a whole state (native names and layout) into ``model``, strictly."""
+    def load_state(
+        self, model: Any, tensors: Mapping[str, np.ndarray], what: str = "the ported state"
+    ) -> None:
+        """Load a whole state (native names and layout) into ``model``, strictly; a name
+        mismatch is a CheckpointError about ``what``."""
 
-    @abstractmethod
-    def load_file(self, model: Any, path: PathLike) -> None:
-        """Load a weights file its framework saved for this model."""
+    def load_saved(self, model: Any, tensors: Mapping[str, np.ndarray], source: str) -> None:
+        """Load the tensors of a weights file its framework saved for this model, as
+        polytrain's own reader read them from ``source`` (never the file itself), names
+        checked as :meth:`load_state` checks them. By default they are the model's state;
+        a walker whose framework saves names differently from its state maps them."""
+        self.load_state(model, tensors, source)
 
     def notes(self, model: Any) -> list[str]:
         """What the target must reproduce that no tensor shows (e.g. a dropout layer that

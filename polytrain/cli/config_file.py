@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from polytrain.errors import ConfigError
-from polytrain.utils.user_text import read_user_text
+from polytrain.utils.user_files import TEXT_LIMIT, read_text
 
 # recipe fields whose command-line option is spelled otherwise
 FIELD_OPTIONS = {"per_layer_weight_decay": "layer_weight_decay"}
@@ -31,7 +31,7 @@ NOT_IN_FILES = {"help", "config", "resume"}  # --resume names a run, not a setti
 
 def load_config(path: str | Path) -> tuple[dict[str, Any], str]:
     """The file's keys and values, and its text (for line numbers)."""
-    text = read_user_text(path, f"--config {path}")
+    text = read_text(path, "--config", TEXT_LIMIT)  # a binary file or a FIFO: one line
     try:
         return tomllib.loads(text), text
     except tomllib.TOMLDecodeError as exc:

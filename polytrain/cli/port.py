@@ -4,23 +4,20 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from polytrain.cli.convert import map_json
 from polytrain.errors import ConfigError
+from polytrain.utils.output_paths import refuse_overwriting_inputs
+from polytrain.utils.user_files import read_json
 
 
 def _hints(items: Sequence[str] | None, path: str | None) -> dict[str, str | None]:
     """SOURCE=TARGET pairs (SOURCE= leaves a source layer out) and a JSON file of the same."""
     found: dict[str, str | None] = {}
     if path is not None:
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"Cannot read the hints file {path}: {exc}.") from exc
+        data = read_json(path, "the hints file")
         if not isinstance(data, dict):
             raise ConfigError(f"{path} must be a JSON object {{source layer: target layer}}.")
         found.update({str(k): (str(v) if v else None) for k, v in data.items()})
@@ -48,10 +45,15 @@ def cmd_port(args: argparse.Namespace) -> int:
             ) from None
     if args.output is None and not args.print_map:
         args.subparser.error("the output file is required (or --print-map)")
+    out = None if args.print_map else args.output
+    refuse_overwriting_inputs(
+        {"the output": out, "--map-out": args.map_out, "--report": args.report},
+        {"--weights": args.weights, "--input": args.input, "--hints": args.hints},
+    )
     result = port(
         args.source, args.target, input_shape=shape, inputs=args.input,
         hints=_hints(args.hint, args.hints), tolerance=args.tolerance, weights=args.weights,
-        out=None if args.print_map else args.output, map_out=args.map_out,
+        out=out, map_out=args.map_out,
         report_out=args.report, seed=args.seed,
     )  # fmt: skip
     if args.print_map:
@@ -68,6 +70,9 @@ def cmd_port_code(args: argparse.Namespace) -> int:
     """Convert Paddle source code into PyTorch source code; report what was converted."""
     from polytrain.porting.code import EXIT_UNCONVERTED, port_code
 
-    report = port_code(args.source, args.output, overwrite=args.overwrite)
+    def progress(line: str) -> None:
+        print(f"polytrain port-code: {line}", file=sys.stderr, flush=True)
+
+    report = port_code(args.source, args.output, overwrite=args.overwrite, progress=progress)
     print(report.format(show_unsupported=args.show_unsupported))
     return 0 if report.all_converted else EXIT_UNCONVERTED

@@ -13,6 +13,7 @@ from polytrain.cli.recipe_args import recipe_from_args, resumed_recipe
 from polytrain.errors import ConfigError
 from polytrain.training.recipe import Recipe
 from polytrain.utils.fileio import atomic_write_text
+from polytrain.utils.output_paths import folder_inputs, refuse_overwriting_inputs
 
 
 def _metric_text(value: float, counts: bool) -> str:
@@ -112,6 +113,7 @@ def cmd_recipe(args: argparse.Namespace) -> int:
     from polytrain.io.checkpoint import find_checkpoint, read_manifest
 
     checkpoint = find_checkpoint(args.run)
+    refuse_overwriting_inputs({"-o": args.out}, folder_inputs("RUN_DIR", checkpoint))
     recipe = read_manifest(checkpoint).get("recipe")
     if not recipe:
         raise ConfigError(f"{checkpoint} records no recipe (written by an older polytrain?).")

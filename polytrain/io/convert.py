@@ -29,6 +29,7 @@ a shape; without that evidence the conversion stops with one message naming the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -64,6 +65,7 @@ from polytrain.neutral.models import (
     layer_parameters,
 )
 from polytrain.neutral.spec_file import resolve_model_spec
+from polytrain.utils.output_paths import folder_inputs, refuse_overwriting_inputs
 
 PathLike = str | os.PathLike[str]
 DTYPES = ("float32", "float64")  # of the float tensors a conversion writes
@@ -555,8 +557,10 @@ def convert(
 ) -> ConvertReport:
     """Read ``source`` (any format), write it as ``to`` at ``target`` (float tensors in
     ``dtype``, see :func:`write_weights`). Errors are one-line
-    :class:`~polytrain.errors.PolytrainError`; ``target`` is then untouched."""
+    :class:`~polytrain.errors.PolytrainError`; ``target`` is then untouched, and it is
+    never one of the inputs (see :func:`conversion_inputs`)."""
     _check_target(to)
+    refuse_overwriting_inputs({"the output": target}, conversion_inputs(source, name_map))
     try:
         weights = read_weights(source, model=model, name_map=name_map, other=to)
         written = write_weights(
@@ -576,6 +580,22 @@ def convert(
         values=sum(int(np.size(a)) for a in weights.params.values()),
         notes=weights.notes,
     )
+
+
+def conversion_inputs(
+    source: PathLike, name_map: PathLike | Mapping[str, Any] | None = None
+) -> dict[str, PathLike | None]:
+    """The files a conversion reads, by option, for
+    :func:`~polytrain.utils.output_paths.refuse_overwriting_inputs`: a run folder as the
+    checkpoint folder it names (an output beside that checkpoint is fine, one inside it
+    is not)."""
+    given_map = name_map if isinstance(name_map, str | os.PathLike) else None
+    if not os.path.isdir(source):
+        return {"INPUT": source, "--map": given_map}
+    where: PathLike = source
+    with contextlib.suppress(PolytrainError, OSError):
+        where = find_checkpoint(source)
+    return {**folder_inputs("INPUT", where), "--map": given_map}
 
 
 def plan_map(

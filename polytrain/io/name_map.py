@@ -26,7 +26,6 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,6 +34,7 @@ from polytrain.backend.mismatch import compare_names, compare_shapes, name_list
 from polytrain.backend.native_format import LAYER_KINDS, PathLike
 from polytrain.errors import ConfigError
 from polytrain.io import native as native_io
+from polytrain.utils.user_files import read_json
 
 LIST_MAX = 6
 REGEX = "re:"
@@ -201,12 +201,7 @@ def load_map(source: PathLike | Mapping[str, Any]) -> dict[str | None, UserMap]:
         data: Any = source
     else:
         what = f"map file {source}"
-        try:
-            data = json.loads(Path(source).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(f"Cannot read {what}: {exc.strerror or exc}.") from exc
-        except ValueError as exc:
-            raise ConfigError(f"{what} is not valid JSON: {exc}.") from exc
+        data = read_json(source, "the map file")
     if not isinstance(data, Mapping) or not data:
         raise ConfigError(f"{what} must be a non-empty JSON object {{canonical name: entry}}.")
     per_framework = set(data) <= set(native_io.formats()) and all(

@@ -7,10 +7,17 @@ dispatches: :func:`detect_format` asks the registered formats, in their order, w
 they recognise a file; :func:`read_native` and :func:`write_native` go to the format of
 that name. Names and layouts stay native here; :mod:`polytrain.io.convert` maps them.
 A directory is a neutral (polytrain) checkpoint.
+
+This is the one way polytrain reads a weights file a user gives (``convert``, ``port
+--weights``): every registered reader treats the file as data (an allow-list unpickler, a
+zip reader, a binary reader) and never runs code from it; a path that is not a regular
+file (a FIFO, a device) is refused before it is opened.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -19,6 +26,7 @@ import numpy as np
 from polytrain.backend.native_format import NativeFormat, PathLike
 from polytrain.errors import CheckpointError, ConfigError
 from polytrain.plugins.registry import registered_backends, registered_formats
+from polytrain.utils.user_files import file_kind
 
 NEUTRAL = "neutral"
 
@@ -44,6 +52,9 @@ def detect_format(path: PathLike) -> str:
     if p.is_dir():
         return NEUTRAL
     try:
+        mode = os.stat(p).st_mode
+        if not stat.S_ISREG(mode):  # a FIFO blocks, /dev/zero never ends
+            raise CheckpointError(f"{p} is {file_kind(mode)}, not a weights file.")
         with open(p, "rb") as fh:
             head = fh.read(16)
     except FileNotFoundError:

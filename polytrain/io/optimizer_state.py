@@ -25,12 +25,20 @@ from polytrain.backend.optimizer_file import OptimizerFile, parse_settings
 from polytrain.errors import CheckpointError, ConfigError, PolytrainError
 from polytrain.io import native as native_io
 from polytrain.io.checkpoint import save_checkpoint
-from polytrain.io.convert import ConvertReport, Weights, read_weights_with_map, write_weights
+from polytrain.io.convert import (
+    ConvertReport,
+    Weights,
+    conversion_inputs,
+    read_weights_with_map,
+    write_weights,
+)
 from polytrain.io.name_map import NameMap
 from polytrain.io.native import NEUTRAL
 from polytrain.neutral.models import ModelSpec
 from polytrain.neutral.optim import OptimizerConfig
 from polytrain.utils.fileio import atomic_write_bytes
+from polytrain.utils.output_paths import refuse_overwriting_inputs
+from polytrain.utils.user_files import regular_file
 
 PathLike = str | os.PathLike[str]
 
@@ -49,6 +57,7 @@ def read_optimizer_state(
             f"{weights.path} is a neutral checkpoint: it carries its own optimizer state."
         )
     given = parse_settings(settings)
+    regular_file(path, "the optimizer file (--optimizer)")  # a FIFO would block its reader
     native = native_io.get_format(weights.format).read_optimizer(path, weights.path, given)
     entries = {e.native: (name, e.transpose) for name, e in name_map.entries.items()}
     strays = [n for n in (*native.slots, *native.master_weights) if n not in entries]
@@ -136,7 +145,12 @@ def convert_with_optimizer(
 ) -> ConvertReport:
     """:func:`~polytrain.io.convert.convert` of the weights ``source`` together with the
     optimizer state ``optimizer`` of the same run (see the module docstring). Nothing is
-    written on any error."""
+    written on any error, and no output is one of the inputs."""
+    out = Path(optimizer_out) if optimizer_out else optimizer_path(target)
+    refuse_overwriting_inputs(
+        {"the output": target, "--optimizer-out": None if to == NEUTRAL else out},
+        {**conversion_inputs(source, name_map), "--optimizer": optimizer},
+    )
     written = []
     try:
         weights, read_map = read_weights_with_map(source, model=model, name_map=name_map, other=to)
@@ -155,9 +169,6 @@ def convert_with_optimizer(
                 )
             )
         else:
-            out = Path(optimizer_out) if optimizer_out else optimizer_path(target)
-            if out.resolve() == Path(target).resolve():
-                raise ConfigError("--optimizer-out must differ from the weights' output.")
             blob = native_io.get_format(to).encode_optimizer(state)
             written.append(
                 write_weights(

@@ -21,8 +21,8 @@ from polytrain.errors import ConfigError
 from polytrain.neutral import spec_check
 from polytrain.neutral.models import MODELS, ModelSpec, get_model_spec
 from polytrain.utils.user_code import call_user, traceback_hint
+from polytrain.utils.user_files import TEXT_LIMIT, read_text
 from polytrain.utils.user_import import import_user_module
-from polytrain.utils.user_text import read_user_text
 
 SPEC_SUFFIXES = (".json", ".toml")
 
@@ -44,7 +44,7 @@ def spec_from_file(path: str | os.PathLike[str]) -> ModelSpec:
     file = Path(path)
     if file.suffix not in SPEC_SUFFIXES:
         raise ConfigError(f"{file}: a model spec file ends in .json or .toml.")
-    text = read_user_text(file, "the model spec")
+    text = read_text(file, "model spec", TEXT_LIMIT)
     try:
         data = tomllib.loads(text) if file.suffix == ".toml" else json.loads(text)
     except ValueError as exc:  # json.JSONDecodeError and tomllib.TOMLDecodeError

@@ -4,6 +4,8 @@ target, run both on the same input and compare them layer by layer."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,12 +15,14 @@ import numpy as np
 
 from polytrain.backend.model_walker import ModelWalker
 from polytrain.backend.native_format import PathLike
-from polytrain.errors import ConfigError
+from polytrain.errors import CheckpointError, ConfigError
 from polytrain.io import native as native_io
 from polytrain.plugins.registry import registered_model_walkers
 from polytrain.porting.match import Pair, derived_map, match_layers, ported_state
 from polytrain.porting.verify import Verification, compare_traces
 from polytrain.utils.fileio import atomic_write_bytes
+from polytrain.utils.output_paths import refuse_overwriting_inputs
+from polytrain.utils.user_files import read_array
 from polytrain.utils.user_import import import_user_module
 
 DEFAULT_TOLERANCE = 1e-4
@@ -106,15 +110,43 @@ def walker_for(model: Any, what: str) -> ModelWalker:
 def make_inputs(
     input_shape: Sequence[int] | None, inputs: np.ndarray | PathLike | None, seed: int
 ) -> np.ndarray:
-    """The verification batch: a user's array (or .npy file) or standard normal float32."""
+    """The verification batch: a user's array (or .npy file, numbers only: never a
+    pickle) or standard normal float32."""
+    if isinstance(inputs, str | os.PathLike):
+        return read_array(inputs, "the input batch (--input)")
     if inputs is not None:
-        return np.load(inputs) if isinstance(inputs, str | Path) else np.asarray(inputs)
+        return np.asarray(inputs)
     if not input_shape:
         raise ConfigError(
             "Verification needs an input: give its shape (--input-shape 1,3,224,224) or a "
             "batch (--input batch.npy)."
         )
     return np.random.default_rng(seed).standard_normal(tuple(input_shape)).astype(np.float32)
+
+
+def load_weights(walker: ModelWalker, model: Any, path: PathLike) -> None:
+    """Load the weights file ``path`` into ``model``: read as data by polytrain's reader of
+    its format (never the framework's loader, which would unpickle it), then handed to the
+    walker as tensors. The file must be in the model's own framework's format."""
+    found, tensors = native_io.read_native(path)
+    if found != walker.framework:
+        label = native_io.get_format(found).label
+        raise CheckpointError(
+            f"{os.fspath(path)} (--weights) is a {label} file, but the source model is a "
+            f"{walker.framework} model: convert it first (polytrain convert "
+            f"{os.fspath(path)} OUT --to {walker.framework})."
+        )
+    walker.load_saved(model, tensors, f"{os.fspath(path)} (--weights)")
+
+
+def _module_files(source: Any, target: Any) -> dict[str, str | None]:
+    """The file of the module of each model given as ``pkg.module:factory`` (an input too)."""
+    found: dict[str, str | None] = {}
+    for role, spec in (("SOURCE", source), ("TARGET", target)):
+        if isinstance(spec, str):
+            module = sys.modules.get(spec.partition(":")[0])
+            found[f"{role} (the module of {spec})"] = getattr(module, "__file__", None)
+    return found
 
 
 def port(
@@ -136,13 +168,20 @@ def port(
 
     The target object holds the ported weights afterwards. ``out`` (the target's native
     file) is written only when verification passes; ``map_out`` and ``report_out`` (JSON)
-    always. Check ``result.passed``."""
+    always. Check ``result.passed``. An output that is one of the inputs (the weights, the
+    batch, a model's module; a hard link or symlink counts) is refused before anything
+    is written."""
+    outputs = {"the output": out, "--map-out": map_out, "--report": report_out}
+    batch_file = inputs if isinstance(inputs, str | os.PathLike) else None
+    given = {"--weights": weights, "--input": batch_file}
+    refuse_overwriting_inputs(outputs, given)
     src_model = load_object(source) if isinstance(source, str) else source
     tgt_model = load_object(target) if isinstance(target, str) else target
+    refuse_overwriting_inputs(outputs, _module_files(source, target))
     src_walker = walker_for(src_model, "source")
     tgt_walker = walker_for(tgt_model, "target")
     if weights is not None:
-        src_walker.load_file(src_model, weights)
+        load_weights(src_walker, src_model, weights)
     batch = make_inputs(input_shape, inputs, seed)
     src_trace = src_walker.trace(src_model, batch)
     pairs, left_out = match_layers(

@@ -1,22 +1,51 @@
 """``polytrain port-code SRC -o OUT``: a file or a folder of ``.py`` files converted into a
 new file or folder (SRC is never written); files that are not Python are copied as they
-are. Every file is written atomically."""
+are. Every file is written atomically.
+
+SRC is data: it is parsed, never imported or run. A path that is not a regular file or a
+folder (``/dev/zero``, a FIFO), a ``.py`` file over :data:`MAX_SOURCE_BYTES`, or one that
+is not UTF-8 text is refused with one line before anything is converted; OUT may not be
+SRC, lie inside it, or hold it (see :mod:`polytrain.utils.output_paths`). Converting takes
+seconds per 100 KB, so a run that lasts over :data:`PROGRESS_AFTER` seconds says what it
+is converting.
+"""
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import shutil
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from polytrain.errors import ConfigError, OutputError
-from polytrain.porting.code.convert import convert_source
+from polytrain.porting.code.convert import Result, convert_source
 from polytrain.porting.code.report import FileReport, Report
 from polytrain.utils.fileio import atomic_write_bytes
+from polytrain.utils.output_paths import refuse_overwriting_inputs
+from polytrain.utils.user_files import read_text, regular_file
 
 EXIT_UNCONVERTED = 3
 """The exit status of ``polytrain port-code`` when some use was left marked (0: all
 converted; 2: an error, nothing or only part written)."""
 
 SKIP_DIRS = {"__pycache__", ".git", ".venv", "venv", ".mypy_cache", ".ruff_cache"}
+
+MAX_SOURCE_BYTES = 1 << 20
+"""The largest ``.py`` file converted (1 MiB): libcst converts about 5-10 KB a second
+here, so a larger one would run for minutes (hand-written modules are far smaller)."""
+MAX_NESTING = 1000
+"""Deeper expressions (syntax tree levels) are refused unconverted: libcst's recursion
+fails on them anyway, after a time that grows with the depth's square (a minute at 5000)."""
+PROGRESS_AFTER = 3.0
+"""Seconds of converting after which a progress line goes to ``progress`` (then one
+every :data:`PROGRESS_EVERY` seconds)."""
+PROGRESS_EVERY = 15.0
+
+Progress = Callable[[str], None]
 
 
 def default_output(src: Path) -> Path:
@@ -27,55 +56,124 @@ def default_output(src: Path) -> Path:
 
 
 def _sources(src: Path) -> list[Path]:
-    return sorted(
-        p
-        for p in src.rglob("*")
-        if p.is_file() and not any(part in SKIP_DIRS for part in p.relative_to(src).parts)
+    """The files under the folder ``src`` (``SKIP_DIRS`` left out), sorted; anything that
+    is neither a folder nor a regular file (a FIFO, a device, a dangling link) is refused:
+    reading or copying one may never end."""
+    found = []
+    for path in src.rglob("*"):
+        if any(part in SKIP_DIRS for part in path.relative_to(src).parts) or path.is_dir():
+            continue
+        found.append(regular_file(path, "the file"))
+    return sorted(found)
+
+
+def _is_folder(src: Path) -> bool:
+    """Whether SRC is a folder; a regular file otherwise, and anything else is refused."""
+    if src.is_dir():
+        return True
+    regular_file(src, "SRC")
+    return False
+
+
+def _convert(path: Path) -> Result:
+    """One ``.py`` file read as UTF-8 text (at most :data:`MAX_SOURCE_BYTES`) and converted."""
+    why = " (libcst converts a few KB a second: a larger file would take minutes); split it"
+    text = read_text(path, "the source", MAX_SOURCE_BYTES, why)
+    too_deep = ConfigError(
+        f"{path} nests expressions too deeply for port-code to convert (Python's recursion "
+        "limit); simplify the deepest expression."
     )
-
-
-def _read(path: Path) -> str:
+    if _nesting(text) > MAX_NESTING:
+        raise too_deep
     try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path} is not UTF-8 text ({exc.reason}); convert it first.") from exc
+        return convert_source(text, str(path))
+    except RecursionError:
+        raise too_deep from None
 
 
-def _check_output(src: Path, out: Path, overwrite: bool) -> None:
-    if out.resolve() == src.resolve() or src.resolve() in out.resolve().parents:
-        raise ConfigError(f"The output {out} is the source or inside it; give another -o.")
-    if src.is_dir() and src.resolve() in out.resolve().parents:
-        raise ConfigError(f"The output {out} is inside the source folder {src}.")
+def _nesting(text: str) -> int:
+    """The depth of the deepest syntax tree branch, by Python's own parser (fast, where
+    libcst's recursion on a deep expression takes time that grows with its square); 0
+    where Python cannot parse the text (libcst then says why)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an invalid escape warns; not ours to say
+            tree = ast.parse(text)
+    except (RecursionError, MemoryError):  # too deep for Python itself
+        return MAX_NESTING + 1
+    except (SyntaxError, ValueError):
+        return 0
+    stack: list[tuple[ast.AST, int]] = [(tree, 1)]
+    deepest = 0
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
+def _check_output(src: Path, out: Path, folder: bool, overwrite: bool) -> None:
+    refuse_overwriting_inputs({"-o": out}, {"SRC": src})
     if out.exists() and not overwrite:
         raise OutputError(f"{out} exists; give another -o or --overwrite to replace it.")
-    if out.exists() and out.is_dir() != src.is_dir():
+    if out.exists() and out.is_dir() != folder:
         kind = "folder" if out.is_dir() else "file"
         raise OutputError(f"{out} is a {kind}, the source {src} is not; give another -o.")
 
 
-def port_code(src: str | Path, out: str | Path | None = None, *, overwrite: bool = False) -> Report:
+@contextlib.contextmanager
+def _ticking(progress: Progress | None, total: int) -> Iterator[Callable[[int, Path], None]]:
+    """A ``note(index, path)`` the loop calls before each file; once the block has run
+    :data:`PROGRESS_AFTER` seconds, and every :data:`PROGRESS_EVERY` after, a line says
+    which file is being converted."""
+    now: list[tuple[int, Path]] = []
+    stop, start = threading.Event(), time.monotonic()
+
+    def tick() -> None:
+        wait = PROGRESS_AFTER
+        while not stop.wait(wait) and progress is not None:
+            index, path = now[-1]
+            where = f" (file {index} of {total})" if total > 1 else ""
+            progress(f"converting {path}{where}, {time.monotonic() - start:.0f} s so far ...")
+            wait = PROGRESS_EVERY
+
+    thread = threading.Thread(target=tick, name="port-code progress", daemon=True)
+
+    def note(index: int, path: Path) -> None:
+        first = not now
+        now[:] = [(index, path)]
+        if progress is not None and first:
+            thread.start()
+
+    try:
+        yield note
+    finally:
+        stop.set()
+        if thread.is_alive():
+            thread.join()
+
+
+def port_code(
+    src: str | Path,
+    out: str | Path | None = None,
+    *,
+    overwrite: bool = False,
+    progress: Progress | None = None,
+) -> Report:
     """Convert ``src`` (a ``.py`` file or a folder) into ``out``; the report of every file.
     All files are converted before anything is written, so a file that does not parse
-    leaves no output."""
+    leaves no output. ``progress`` gets a line now and then while converting takes long."""
     src = Path(src)
-    if not src.exists():
-        raise ConfigError(f"{src} does not exist.")
+    folder = _is_folder(src)
     target = Path(out) if out is not None else default_output(src)
-    _check_output(src, target, overwrite)
-    if src.is_file():
-        result = convert_source(_read(src), str(src))
+    _check_output(src, target, folder, overwrite)
+    if not folder:
+        with _ticking(progress, 1) as note:
+            note(1, src)
+            result = _convert(src)
         atomic_write_bytes(target, result.code.encode("utf-8"))
         return Report([result.report])
-    planned: list[tuple[Path, bytes | None, Path]] = []
-    reports: list[FileReport] = []
-    for path in _sources(src):
-        rel = path.relative_to(src)
-        if path.suffix == ".py":
-            result = convert_source(_read(path), str(path))
-            planned.append((target / rel, result.code.encode("utf-8"), path))
-            reports.append(result.report)
-        else:
-            planned.append((target / rel, None, path))
+    planned, reports = _convert_folder(src, target, progress)
     if target.exists() and overwrite:
         shutil.rmtree(target) if target.is_dir() else target.unlink()
     for dest, data, origin in planned:
@@ -85,3 +183,25 @@ def port_code(src: str | Path, out: str | Path | None = None, *, overwrite: bool
         else:
             atomic_write_bytes(dest, data)
     return Report(reports)
+
+
+def _convert_folder(
+    src: Path, target: Path, progress: Progress | None
+) -> tuple[list[tuple[Path, bytes | None, Path]], list[FileReport]]:
+    """(destination, converted bytes or None to copy, origin) of every file, and the
+    report of each ``.py`` file."""
+    planned: list[tuple[Path, bytes | None, Path]] = []
+    reports: list[FileReport] = []
+    files = _sources(src)
+    python = [p for p in files if p.suffix == ".py"]
+    with _ticking(progress, len(python)) as note:
+        for path in files:
+            rel = path.relative_to(src)
+            if path.suffix == ".py":
+                note(len(reports) + 1, path)
+                result = _convert(path)
+                planned.append((target / rel, result.code.encode("utf-8"), path))
+                reports.append(result.report)
+            else:
+                planned.append((target / rel, None, path))
+    return planned, reports
