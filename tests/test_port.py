@@ -376,3 +376,63 @@ def test_the_port_command(tmp_path: Any, monkeypatch: Any, capsys: Any) -> None:
     converted = torch.load(tmp_path / "conv.pt", weights_only=True)
     for name, value in saved.items():
         assert torch.equal(converted[name], value), name
+
+
+# -- verification that is right (issue 37, item 4) ---------------------------------------------
+
+
+def _paddle_fused_bn() -> Any:
+    """Paddle's fluid-style BatchNorm with a fused activation (densenet121's norm0)."""
+    paddle = pytest.importorskip("paddle")
+
+    class Net(paddle.nn.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = paddle.nn.Conv2D(1, 4, 3)
+            self.norm = paddle.nn.BatchNorm(4, act="relu")
+            self.fc = paddle.nn.Linear(4 * 6 * 6, 3)
+
+        def forward(self, x: Any) -> Any:
+            return self.fc(paddle.flatten(self.norm(self.conv(x)), 1))
+
+    net = Net()
+    paddle_randomize_bn(net)
+    return net
+
+
+class TorchFusedBN(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.norm = tnn.Conv2d(1, 4, 3), tnn.BatchNorm2d(4)
+        self.relu, self.fc = tnn.ReLU(), tnn.Linear(4 * 6 * 6, 3)
+
+    def forward(self, x: Any) -> Any:
+        return self.fc(torch.flatten(self.relu(self.norm(self.conv(x))), 1))
+
+
+def test_a_fused_activation_is_compared_before_it() -> None:
+    """Paddle's BatchNorm(act="relu") is traced before its activation, as torch's
+    BatchNorm2d gives it (port failed densenet121 at features.norm0 with relative 0.9)."""
+    result = port(_paddle_fused_bn(), TorchFusedBN(), input_shape=(2, 1, 8, 8))
+    assert result.passed, result.format()
+    row = next(r for r in result.verification.rows if r.layer == "norm")
+    assert row.relative is not None and row.relative < 1e-5
+
+
+def test_a_failed_ports_map_is_refused_until_the_user_checks_it(tmp_path: Any, capsys: Any) -> None:
+    paddle = pytest.importorskip("paddle")
+    source = _paddle_mlp()
+    paddle.save(source.state_dict(), str(tmp_path / "mlp.pdparams"))
+    result = port(source, TorchMLP(swapped=True), input_shape=(4, 64), map_out=tmp_path / "m.json")
+    assert not result.passed
+    saved = json.loads((tmp_path / "m.json").read_text())
+    assert saved["unverified"].startswith("polytrain port failed verification: layer fc2")
+    argv = ["convert", str(tmp_path / "mlp.pdparams"), str(tmp_path / "o.pt"), "--to", "torch",
+            "--map", str(tmp_path / "m.json")]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "written by a port that did not verify" in err and 'delete its "unverified"' in err
+    assert not (tmp_path / "o.pt").exists()
+    del saved["unverified"]  # the user checked the entries
+    (tmp_path / "m.json").write_text(json.dumps(saved))
+    assert main(argv) == 0, capsys.readouterr()

@@ -116,19 +116,36 @@ class PaddleWalker(ModelWalker):
         outputs: dict[str, np.ndarray] = {}
         layers = dict(model.named_sublayers(include_self=True))
         handles = []
+        fused = {name: layer._act for name, layer in layers.items() if _fused_act(layer)}
         for walked in self.layers(model):
 
-            def hook(_l: Any, _i: Any, out: Any, name: str = walked.name) -> None:
+            def hook(_l: Any, _i: Any, out: Any, name: str = walked.name) -> Any:
                 value = _first_tensor(out)
                 if name not in outputs and isinstance(value, paddle.Tensor):
                     outputs[name] = np.array(value.numpy())
+                if name in fused:  # recorded before its fused activation; applied here
+                    return getattr(paddle.nn.functional, fused[name])(out)
+                return None
 
             handles.append(layers[walked.name].register_forward_post_hook(hook))
         model.eval()
         try:
+            for name in fused:
+                layers[name]._act = None
             with paddle.no_grad():
                 result = _first_tensor(model(paddle.to_tensor(np.array(inputs))))
         finally:
+            for name, act in fused.items():
+                layers[name]._act = act
             for handle in handles:
                 handle.remove()
         return Trace(np.array(result.numpy()), outputs)
+
+
+def _fused_act(layer: Any) -> bool:
+    """A layer that applies an activation after its own output (Paddle's ``BatchNorm(act=
+    "relu")``): port compares the output before it, as the target's own layer gives it."""
+    import paddle
+
+    act = getattr(layer, "_act", None)
+    return isinstance(act, str) and hasattr(paddle.nn.functional, act)

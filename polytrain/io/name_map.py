@@ -36,6 +36,8 @@ from polytrain.errors import ConfigError
 from polytrain.io import native as native_io
 from polytrain.utils.user_files import read_json
 
+UNVERIFIED = "unverified"  # set by polytrain port when verification failed
+
 LIST_MAX = 6
 REGEX = "re:"
 
@@ -204,6 +206,12 @@ def load_map(source: PathLike | Mapping[str, Any]) -> dict[str | None, UserMap]:
         data = read_json(source, "the map file")
     if not isinstance(data, Mapping) or not data:
         raise ConfigError(f"{what} must be a non-empty JSON object {{canonical name: entry}}.")
+    if UNVERIFIED in data:
+        raise ConfigError(
+            f"{what} was written by a port that did not verify ({data[UNVERIFIED]}); its entries "
+            f"may be wrong. Check them (polytrain port's report names the failing layer), then "
+            f'delete its "{UNVERIFIED}" key to use it.'
+        )
     per_framework = set(data) <= set(native_io.formats()) and all(
         isinstance(v, Mapping) and not set(v) & set(_KEYS) for v in data.values()
     )

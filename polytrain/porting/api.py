@@ -17,6 +17,7 @@ from polytrain.backend.model_walker import ModelWalker
 from polytrain.backend.native_format import PathLike
 from polytrain.errors import CheckpointError, ConfigError
 from polytrain.io import native as native_io
+from polytrain.io.name_map import UNVERIFIED
 from polytrain.plugins.registry import registered_model_walkers
 from polytrain.porting.match import Pair, derived_map, match_layers, ported_state
 from polytrain.porting.verify import Verification, compare_traces
@@ -49,8 +50,16 @@ class PortResult:
         return self.verification.passed
 
     def map_json(self) -> dict[str, Any]:
-        """The map as ``polytrain convert --map`` reads it (per source format)."""
-        return {self.source_framework: self.name_map}
+        """The map as ``polytrain convert --map`` reads it (per source format). A port that
+        failed verification marks it ``unverified`` with the reason: ``convert`` refuses such
+        a map until the user has checked it and deleted that key."""
+        found: dict[str, Any] = {self.source_framework: self.name_map}
+        first = self.verification.first_failure
+        if not self.passed:
+            off = first and (first.problem or f"relative {first.relative:.3g}")
+            why = f"layer {first.layer}: {off}" if first else "no layer compared"
+            found = {UNVERIFIED: f"polytrain port failed verification: {why}", **found}
+        return found
 
     def report(self) -> dict[str, Any]:
         return {
