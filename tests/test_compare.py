@@ -153,3 +153,39 @@ def test_lockstep_gradient_tolerance_fails_by_name_and_step() -> None:
     assert compare_runs([a, b], Recipe(), Tolerances(grad=0.3), lockstep_result=lock).ok
     fp64 = Recipe(precision="fp64")
     assert not compare_runs([a, b], fp64, Tolerances(), lockstep_result=lock).ok
+
+
+# -- reports that never overstate (issue 41, item 6) ------------------------------------------
+
+
+def test_one_backend_has_nothing_to_compare(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["compare", "--backends", "numpy", "--train-samples", "64", "--test-samples", "32",
+            "--batch-size", "32", "--parity-steps", "2", "--quiet",
+            "--out", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "nothing to compare: one backend (numpy) ran" in out, out
+    assert "OK" not in out and "each of 0 steps" not in out
+
+
+def test_the_plot_uses_whole_steps_and_keeps_equal_markers_apart(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import matplotlib.pyplot as plt
+
+    from polytrain.parity.report import write_plot
+
+    figures: list[Any] = []
+    monkeypatch.setattr(plt, "close", figures.append)  # keep the figure to read its axes
+    result = compare_runs([run("a", [1.0, 0.9, 0.8], 0.5), run("b", [1.0, 0.9, 0.8], 0.5)],
+                          Recipe(), Tolerances())  # fmt: skip
+    write_plot(result, tmp_path / "plot.png")
+    (ax_loss, ax_dev), (ax_acc, _) = figures[0].axes[0:2], figures[0].axes[2:4]
+    for ax in (ax_loss, ax_dev):
+        ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    xs = [tuple(line.get_xdata()) for line in ax_acc.get_lines()]
+    assert len(set(xs)) == 2, xs  # the same accuracy at the same epoch, drawn apart
+    plt.close(figures[0])

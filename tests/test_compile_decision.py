@@ -170,3 +170,15 @@ def test_the_break_even_scales_with_the_models_work_and_layers() -> None:
     unmodelled = RunPlan(10**6, 256, **model_work(get_model_spec("vit-tiny")))
     fast, reason = decide(unmodelled, warm=True)
     assert not fast and reason.startswith("this model's step time is not modelled")
+
+
+def test_fast_on_a_backend_without_a_compiled_mode_says_it_runs_eager() -> None:
+    """The run header said "fast (compiled)" on numpy, which has no compiled mode."""
+    from polytrain.training.builtin_plugins import compile_label
+    from polytrain.training.recipe import Recipe
+    from polytrain.training.trainer import Trainer
+
+    recipe = Recipe(train_samples=64, test_samples=32, batch_size=32)
+    info = Trainer(recipe, "numpy", fast=True, progress=False).run_info()
+    assert not info.fast
+    assert compile_label(info) == "eager (--fast asked, but numpy has no compiled mode)"

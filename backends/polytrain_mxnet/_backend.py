@@ -108,6 +108,7 @@ _SHARED_DTYPES = ("float32", "float64", "int32", "int64")
 class MXNetBackend(Backend):
     name = "mxnet"
     framework = "mxnet"
+    compiled_mode = "hybridize"
     native_suffix = ".params"
     fast_default = True  # hybridize: measured 2-13% faster for LeNet (docs/performance.md)
 

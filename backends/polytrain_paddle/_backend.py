@@ -62,6 +62,7 @@ _NUMPY = {paddle.float32: np.float32, paddle.float64: np.float64}  # parameter d
 class PaddleBackend(Backend):
     name = "paddle"
     framework = "paddle"
+    compiled_mode = "paddle.jit.to_static"
     native_suffix = ".pdparams"
 
     def __init__(self, options: Any = None) -> None:

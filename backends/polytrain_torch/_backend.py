@@ -60,6 +60,7 @@ def collective_engine(
 class TorchBackend(Backend):
     name = "torch"
     framework = "torch"
+    compiled_mode = "torch.compile"
     native_suffix = ".pt"
 
     def __init__(self, options: Any = None) -> None:

@@ -43,6 +43,9 @@ class IdentityVerbs(ABC):
     #: The Trainer's automatic mode (polytrain.training.compile_decision) keeps a True
     #: default and otherwise weighs ``compile_profile`` against the planned steps.
     fast_default: ClassVar[bool] = False
+    #: The name of that compiled execution (``torch.compile``, ``hybridize``...); None: the
+    #: backend has none, and ``--fast`` runs eager (the run header says so).
+    compiled_mode: ClassVar[str | None] = None
 
     def __init__(self, options: BackendOptions | None = None) -> None:
         self.options = options or BackendOptions()

@@ -39,6 +39,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     )
     console = make_console()
     console.print(table(result))
+    if len(backends) < 2:
+        console.print(
+            f"nothing to compare: one backend ({escape(', '.join(backends))}) ran; its run is "
+            f"in {escape(str(args.out))}. Name two or more with --backends."
+        )
+        return 1 if result.failures else 0
     if result.lockstep is not None:
         console.print(lockstep_table(result))
     console.print(pairs_table(result))

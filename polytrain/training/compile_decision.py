@@ -111,6 +111,9 @@ def choose_compile(
 ) -> CompileChoice:
     """:func:`decide_compile` with the backend's profile and cache state for this model."""
     fingerprint = model_fingerprint(spec, dtype, batch_shape)
+    if backend.compiled_mode is None:
+        asked = "--fast asked, but " if requested else ""
+        return CompileChoice(False, f"{asked}{backend.name} has no compiled mode", fingerprint)
     profile = backend.compile_profile()
     warm = profile is not None and backend.compile_cache_warm(fingerprint)
     choice = decide_compile(
