@@ -63,6 +63,8 @@ CAPS = {
 NOT_RUN = {
     "./scripts/setup": "installs the venv from PyPI (network); CI runs it and ./scripts/test",
     "mlflow ui": "a web server that runs until stopped",
+    "pip install polytrain": "installs from the index into the user's environment; "
+    "scripts/test-wheel runs the README's line in a fresh venv against the built wheel",
 }
 OPERATORS = set("();<>|&")
 TIMEOUT_S = 300

@@ -37,3 +37,13 @@ def test_closed_pipe_is_not_an_error() -> None:
         err = proc.stderr.read().decode()
     assert proc.wait() == 128 + signal.SIGPIPE
     assert err == ""
+
+
+def test_the_torch_install_advice_names_the_cpu_wheels() -> None:
+    """A bare `pip install 'polytrain[torch]'` downloads the multi-GB CUDA build: the hint
+    `polytrain backends` prints for a missing torch gives PyTorch's CPU index first."""
+    from polytrain.plugins.registry import registered_backends
+
+    hint = registered_backends()["torch"].install_hint
+    assert hint.startswith("pip install torch --index-url https://download.pytorch.org/whl/cpu")
+    assert "'polytrain[torch]'" in hint

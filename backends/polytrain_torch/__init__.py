@@ -18,6 +18,14 @@ def _backend_class() -> type[Backend]:
     return TorchBackend
 
 
+#: A bare ``torch`` requirement downloads the multi-GB CUDA build on Linux: the CPU wheel
+#: comes from PyTorch's own index (docs/index.md, "Install").
+TORCH_INSTALL = (
+    "pip install torch --index-url https://download.pytorch.org/whl/cpu && pip install "
+    "'polytrain[torch]' (CPU only; a plain pip install 'polytrain[torch]' downloads the "
+    "multi-GB CUDA build)"
+)
+
 @hookimpl
 def polytrain_register_backends(register: Callable[[BackendInfo], None]) -> None:
     register(
@@ -30,6 +38,7 @@ def polytrain_register_backends(register: Callable[[BackendInfo], None]) -> None
             description="PyTorch (torch.nn, torch.distributed gloo/nccl)",
             order=10,
             collectives="torch.distributed (gloo)",
+            install=TORCH_INSTALL,
         )
     )
 
