@@ -26,6 +26,7 @@ TORCH_INSTALL = (
     "multi-GB CUDA build)"
 )
 
+
 @hookimpl
 def polytrain_register_backends(register: Callable[[BackendInfo], None]) -> None:
     register(
