@@ -30,6 +30,8 @@ from polytrain.neutral.recurrent import (
 
 @dataclass(frozen=True)
 class Conv2d:
+    """Cross-correlation over [N, C, H, W] (PyTorch's Conv2d; weight [out, in, k, k])."""
+
     in_channels: int
     out_channels: int
     kernel_size: int
@@ -40,6 +42,8 @@ class Conv2d:
 
 @dataclass(frozen=True)
 class Linear:
+    """``x @ weight.T + bias`` over the last axis (weight [out, in], PyTorch's layout)."""
+
     in_features: int
     out_features: int
     bias: bool = True
@@ -57,11 +61,13 @@ class BatchNorm2d:
 
 @dataclass(frozen=True)
 class ReLU:
-    pass
+    """``max(x, 0)``, any shape."""
 
 
 @dataclass(frozen=True)
 class MaxPool2d:
+    """The maximum of each window over [N, C, H, W] (``stride`` None: the window)."""
+
     kernel_size: int
     stride: int | None = None
     padding: int = 0
@@ -80,21 +86,26 @@ class AvgPool2d:
 
 @dataclass(frozen=True)
 class GlobalAvgPool2d:
-    pass
+    """The mean over H and W: [N, C, H, W] -> [N, C]."""
 
 
 @dataclass(frozen=True)
 class Flatten:
-    pass
+    """Every axis but the batch as one: [N, ...] -> [N, prod(...)]."""
 
 
 @dataclass(frozen=True)
 class Dropout:
+    """Zeroes each value with probability ``p`` while training and scales the rest by
+    1 / (1 - p); the identity in evaluation (the masks: docs/semantics.md)."""
+
     p: float = 0.5
 
 
 @dataclass(frozen=True)
 class Sequential:
+    """Named layers applied in order; nest it to group layers (``block.conv1.weight``)."""
+
     layers: tuple[tuple[str, Layer], ...]
 
 
@@ -178,17 +189,17 @@ class GELU:
 
 @dataclass(frozen=True)
 class SiLU:
-    pass
+    """``x * sigmoid(x)``, any shape."""
 
 
 @dataclass(frozen=True)
 class Tanh:
-    pass
+    """``tanh(x)``, any shape."""
 
 
 @dataclass(frozen=True)
 class Sigmoid:
-    pass
+    """``1 / (1 + exp(-x))``, any shape."""
 
 
 @dataclass(frozen=True)
@@ -200,6 +211,8 @@ class Softmax:
 
 @dataclass(frozen=True)
 class LogSoftmax:
+    """``log(softmax(x))`` along ``dim``, computed stably."""
+
     dim: int = -1
 
 
