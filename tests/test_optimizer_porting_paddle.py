@@ -213,6 +213,28 @@ def test_paddle_schedule_must_match_the_file(tmp_path: Path) -> None:
     assert "constant lr" in report and not (tmp_path / "net.scheduler.pt").exists()
 
 
+def test_cli_writes_the_scheduler_where_told(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--scheduler-out`` (one line on a bad schedule; never over an input)."""
+    from polytrain.cli.main import main
+
+    paddle_run(lambda ps: P.Momentum(P.lr.StepDecay(0.1, 4), parameters=ps), tmp_path)
+    pdopt = tmp_path / "net.pdopt"
+    argv = ["convert", str(tmp_path / "net.pdparams"), str(tmp_path / "o.pt"), "--to", "torch",
+            "--optimizer", str(pdopt), "--optimizer-setting", "nesterov=false",
+            "--optimizer-setting", "scheduler=StepDecay(0.1, 4)"]  # fmt: skip
+    before = pdopt.read_bytes()
+    assert main([*argv, "--scheduler-out", str(pdopt)]) == 2
+    assert "given to --optimizer" in capsys.readouterr().err and pdopt.read_bytes() == before
+    assert main([*argv, "--scheduler-out", str(tmp_path / "s.pt")]) == 0
+    assert "lr schedule: step, step 10" in capsys.readouterr().out
+    state = torch.load(tmp_path / "s.pt", weights_only=True)
+    assert state["last_epoch"] == SAVED and state["step_size"] == 4
+    assert main([*argv[:-1], "scheduler=StepDecay(0.1, 3)"]) == 2  # not the run's
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
 # -- refused in one line -----------------------------------------------------------------------
 
 

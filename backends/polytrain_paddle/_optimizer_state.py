@@ -122,6 +122,9 @@ def read_pdopt(path: PathLike, weights: PathLike, settings: Mapping[str, Any]) -
         recorded.update(_centered(found))
     hyper, more = resolve_hyper(rule, recorded, DEFAULTS[rule], settings, source, "Paddle")
     notes += more
+    if rule == "adamw" and hyper["weight_decay"]:
+        notes.append("AdamW's apply_decay_param_fun and lr_ratio are not in a .pdopt: torch's "
+                     "AdamW decays every parameter")  # fmt: skip
     step = 0
     if rule in ("adam", "adamw", "adamax"):
         step = _step(found, hyper, source)
@@ -146,7 +149,7 @@ def read_pdopt(path: PathLike, weights: PathLike, settings: Mapping[str, Any]) -
 def _accumulators(
     state: Mapping[Any, Any], structured: Mapping[str, str], source: str, weights: PathLike
 ) -> dict[str, dict[str, np.ndarray]]:
-    """Paddle parameter name -> {accumulator: array} of every accumulator in ``state``."""
+    """Structured name -> {accumulator: array} of every accumulator in ``state``."""
     found: dict[str, dict[str, np.ndarray]] = {}
     for key, value in state.items():
         if key in (SCHEDULER, MASTER) or (isinstance(key, str) and key.endswith("@@")):
