@@ -253,6 +253,9 @@ def learning_rate(
         )
     recorded["lr"] = lr_at(schedule, schedule["last_epoch"])
     notes = [f"lr_scheduler {cls}: continued as {schedule['kind']}"]
+    floor = getattr(scheduler, "attrs", {}).get("stop_factor_lr")
+    if cls == "FactorScheduler" and floor:
+        notes.append(f"MXNet stops the factor at stop_factor_lr={floor:g}; torch's StepLR does not")
     if schedule["kind"] == "cosine":
         notes.append(
             f"MXNet's cosine stays at final_lr after max_update={schedule['T_max']}; torch's "

@@ -11,7 +11,7 @@ gluon/trainer.py). An NDArray pickles as ``{'handle': <NDArray::Save bytes>}``, 
 record of a ``.params`` file. Here the pickle's MXNet classes are inert stand-ins that
 only keep their data: nothing of MXNet is imported or called.
 
-The states, and how each becomes torch.optim's (``_rules``):
+The states, and how each becomes torch.optim's (``_optimizer_rules``):
 
 =========  ====================  ====================================================
 optimizer  state                 canonical slots
