@@ -166,14 +166,13 @@ def convert_with_optimizer(
          "--scheduler-out": sched_out if native else None},
         {**conversion_inputs(source, name_map), "--optimizer": optimizer},
     )  # fmt: skip
-    written = []
     try:
         weights, read_map = read_weights_with_map(source, model=model, name_map=name_map, other=to)
         state = read_optimizer_state(optimizer, weights, read_map, settings)
         if to == NEUTRAL:
             origin = {"format": weights.format, "path": str(weights.path),
                       "optimizer": os.fspath(optimizer)}  # fmt: skip
-            written.append(
+            written = [
                 save_checkpoint(
                     target,
                     params=weights.params,
@@ -182,21 +181,10 @@ def convert_with_optimizer(
                     extra={"converted_from": origin},
                     param_dtype=dtype or "float32",
                 )
-            )
+            ]
         else:
-            plugin = native_io.get_format(to)
-            blob = plugin.encode_optimizer(state)
-            schedule = plugin.encode_scheduler(state) if state.scheduler else None
-            written.append(
-                write_weights(
-                    target, weights, to, name_map=name_map, other=weights.format, dtype=dtype
-                )
-            )
-            atomic_write_bytes(out, blob)
-            written.append(out)
-            if schedule is not None:
-                atomic_write_bytes(sched_out, schedule)
-                written.append(sched_out)
+            written = _write_native(target, to, weights, state, (out, sched_out),
+                                    name_map=name_map, dtype=dtype)  # fmt: skip
     except PolytrainError as exc:  # the CLI prints one line
         raise type(exc)(" ".join(str(exc).split())) from exc
     except OSError as exc:
@@ -221,3 +209,27 @@ def convert_with_optimizer(
         values=sum(int(np.size(a)) for a in weights.params.values()),
         notes=notes,
     )
+
+
+def _write_native(
+    target: PathLike,
+    to: str,
+    weights: Weights,
+    state: OptimizerFile,
+    outputs: tuple[Path, Path],
+    *,
+    name_map: PathLike | Mapping[str, Any] | None,
+    dtype: str | None,
+) -> list[Path]:
+    """Write the weights, the optimizer file and (with a schedule) the scheduler file of
+    format ``to``, all encoded before the first is written: the paths written."""
+    plugin = native_io.get_format(to)
+    blob = plugin.encode_optimizer(state)
+    schedule = plugin.encode_scheduler(state) if state.scheduler else None
+    written = [write_weights(target, weights, to, name_map=name_map, other=weights.format,
+                             dtype=dtype)]  # fmt: skip
+    for path, data in zip(outputs, (blob, schedule), strict=True):
+        if data is not None:
+            atomic_write_bytes(path, data)
+            written.append(path)
+    return written
