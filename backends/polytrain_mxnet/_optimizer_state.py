@@ -3,17 +3,32 @@
 In MXNet 1.x the file is ``pickle.dumps((states, optimizer))`` of the trainer's first
 ``Updater`` (mxnet/optimizer/optimizer.py ``Updater.get_states(dump_optimizer=True)``):
 ``states`` maps the index of each updated parameter in the Trainer's parameter list to its
-state (for SGD: the momentum NDArray, None without momentum, ``(momentum, float32 weight)``
-with ``multi_precision``); ``optimizer`` is the Optimizer object (``lr``, ``wd``,
-``momentum``, ``lr_scheduler``, ``_index_update_count``, ...). The Trainer lists the
-parameters of a dict sorted by their Gluon names (``dense0_weight``; gluon/trainer.py).
-An NDArray pickles as ``{'handle': <NDArray::Save bytes>}``, the array record of a
-``.params`` file.
+state (``(state, float32 weight)`` with ``multi_precision`` and float16 weights);
+``optimizer`` is the Optimizer object, its class the rule and its attributes the
+hyperparameters (``lr``, ``wd``, ``lr_scheduler``, ``_index_update_count``, ...). The
+Trainer lists the parameters of a dict sorted by their Gluon names (``dense0_weight``;
+gluon/trainer.py). An NDArray pickles as ``{'handle': <NDArray::Save bytes>}``, the array
+record of a ``.params`` file. Here the pickle's MXNet classes are inert stand-ins that
+only keep their data: nothing of MXNet is imported or called.
 
-Here the pickle's MXNet classes are inert stand-ins that only keep their data: nothing of
-MXNet is imported or called. SGD keeps ``mom = momentum * mom - lr * (g + wd * w)`` and
-adds it to the weight, so the canonical buffer (lr outside) is ``-mom / lr``: exact while
-the learning rate of the next step is that of the last one.
+The states, and how each becomes torch.optim's (``_optimizer_rules``):
+
+=========  ====================  ====================================================
+optimizer  state                 canonical slots
+=========  ====================  ====================================================
+SGD        mom (or None)         momentum_buffer = -mom / lr (MXNet keeps lr inside:
+                                 exact while the rate stays the last step's)
+NAG        mom (or None)         the same, Nesterov
+Adam       (mean, var)           exp_avg, exp_avg_sq; eps on the uncorrected sqrt(var)
+AdaGrad    history               sum = history + eps (MXNet's eps is inside the sqrt;
+                                 torch's eps 0)
+RMSProp    (n,) / (n, g, delta)  square_avg, grad_avg, velocity = -delta; eps inside
+                                 the sqrt
+AdaDelta   (acc_g, acc_delta)    square_avg, acc_delta (MXNet takes no lr: 1)
+Adamax     (m, u)                exp_avg, exp_inf (MXNet has no eps: torch's 0)
+=========  ====================  ====================================================
+
+MXNet 1.9.1 has no AdamW optimizer (only the ``adamw_update`` operator).
 """
 
 from __future__ import annotations
@@ -29,6 +44,8 @@ from polytrain.backend.native_format import PathLike
 from polytrain.backend.optimizer_file import OptimizerFile, resolve_hyper
 from polytrain.errors import CheckpointError, ConfigError
 from polytrain.utils.safe_pickle import RestrictedUnpickler
+
+from ._optimizer_rules import Rule, learning_rate, rule_of
 
 ArrayParser = Callable[[bytes, str], "np.ndarray | None"]
 
@@ -146,37 +163,36 @@ def read_states(
             "with trainer.save_states(path)."
         )
     states, optimizer = loaded
-    kind = type(optimizer).__name__
-    if not isinstance(optimizer, _Standin) or kind.lower() != "sgd":
-        raise CheckpointError(
-            f"{source} holds the state of optimizer {kind!r}; polytrain ports Gluon's SGD "
-            "(with or without momentum)."
-        )
-    opt = optimizer.attrs
+    if not isinstance(optimizer, _Standin):
+        raise CheckpointError(f"{source} holds no MXNet optimizer beside its states.")
+    rule = rule_of(type(optimizer).__name__, optimizer.attrs, settings, source)
     names = _order(tensors, settings, source, weights)
+    recorded, notes = dict(rule.recorded), list(rule.notes)
+    schedule, lr_notes = learning_rate(optimizer.attrs, rule, recorded, settings, source)
+    hyper, more = resolve_hyper(rule.name, recorded, {}, settings, source, "MXNet")
     shapes = {n: a.shape for n, a in tensors.items()}
-    recorded: dict[str, Any] = {"weight_decay": float(opt.get("wd", 0.0)), "nesterov": False}
-    mu = float(opt.get("momentum", 0.0))
-    rule = "momentum" if mu > 0 else "sgd"
-    if rule == "momentum":
-        recorded["momentum"] = mu
-    notes = []
-    if opt.get("lr_scheduler") is None:
-        recorded["lr"] = float(opt["lr"])
-    elif "lr" not in settings:
-        raise ConfigError(
-            f"{source} uses an lr_scheduler ({type(opt['lr_scheduler']).__name__}), which "
-            "polytrain does not evaluate: give the learning rate of the last step with "
-            "--optimizer-setting lr=VALUE."
-        )
-    if settings.get("optimizer") not in (None, rule):
-        raise ConfigError(f"{source} holds {rule} state, not {settings['optimizer']}.")
-    if opt.get("clip_gradient") is not None:
-        notes.append(f"clip_gradient={opt['clip_gradient']} is not ported: clip in your loop")
-    if any(v != 1.0 for d in ("lr_mult", "wd_mult") for v in (opt.get(d) or {}).values()):
-        notes.append("per-parameter lr_mult/wd_mult are not ported")
-    hyper, more = resolve_hyper(rule, recorded, {}, settings, source, "MXNet")
-    notes += more
+    slots, masters = _slots(states, names, shapes, rule, hyper, parse, source, weights)
+    if rule.kind in ("sgd", "nag") and rule.name == "momentum" and not any(slots.values()):
+        raise CheckpointError(f"{source} holds no momentum: the trainer took no step.")
+    step = _step(optimizer.attrs, slots, names, rule, source)
+    notes += lr_notes + more
+    if masters:
+        notes.append(f"{len(masters)} float32 master weights (multi_precision) replace the weights")
+    return OptimizerFile(rule.name, hyper, step, slots, {n: shapes[n] for n in slots}, masters,
+                         notes, rule.variant, schedule)  # fmt: skip
+
+
+def _slots(
+    states: Mapping[Any, Any],
+    names: list[str],
+    shapes: Mapping[str, tuple[int, ...]],
+    rule: Rule,
+    hyper: Mapping[str, Any],
+    parse: ArrayParser,
+    source: str,
+    weights: PathLike,
+) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """The canonical slots (and float32 master weights) of every parameter with a state."""
     slots: dict[str, dict[str, np.ndarray]] = {}
     masters: dict[str, np.ndarray] = {}
     for index, value in sorted(states.items()):
@@ -186,24 +202,51 @@ def read_states(
                 f"{len(names)} in the given order: the files are not of the same net."
             )
         name = names[index]
-        mom = value
-        if isinstance(value, tuple):  # multi_precision: (momentum, float32 weight)
-            mom, master = value
+        value, master = _split_master(value, rule.arity)
+        if master is not None:
             masters[name] = _array(master, source, parse).astype(np.float32)
-        slots[name] = {}
-        if mom is not None:
-            buf = -_array(mom, source, parse).astype(np.float64) / hyper["lr"]
-            if buf.shape != shapes[name]:
+        arrays = _arrays(value, rule.arity, source, parse)
+        slots[name] = rule.convert(arrays, hyper)
+        for slot, array in slots[name].items():
+            if array.shape != shapes[name]:
                 raise CheckpointError(
-                    f"{source}: the state of parameter {index} has shape {buf.shape}, "
+                    f"{source}: the {slot} of parameter {index} has shape {array.shape}, "
                     f"{name!r} of {os.fspath(weights)} {shapes[name]}: the order is not the "
                     "Trainer's."
                 )
-            slots[name]["momentum_buffer"] = buf.astype(np.float32)
-    if rule == "momentum" and not any(slots.values()):
-        raise CheckpointError(f"{source} holds no momentum: the trainer took no step.")
-    counts = opt.get("_index_update_count") or {}
-    step = max((int(v) for v in counts.values()), default=int(opt.get("num_update", 0)))
-    if masters:
-        notes.append(f"{len(masters)} float32 master weights (multi_precision) replace the weights")
-    return OptimizerFile(rule, hyper, step, slots, {n: shapes[n] for n in slots}, masters, notes)
+    return slots, masters
+
+
+def _split_master(value: Any, arity: int) -> tuple[Any, Any]:
+    """(state, float32 weight) of a multi_precision state, (state, None) otherwise: a
+    state of one array (or None) is never a tuple; one of several is a tuple of arrays."""
+    nested = isinstance(value, tuple) and len(value) == 2
+    if nested and (arity == 1 or isinstance(value[0], tuple)):
+        return value[0], value[1]
+    return value, None
+
+
+def _arrays(value: Any, arity: int, source: str, parse: ArrayParser) -> list[np.ndarray | None]:
+    """The state's arrays (a state of one array may be None: SGD without momentum)."""
+    if arity == 1:
+        return [None if value is None else _array(value, source, parse).astype(np.float64)]
+    if not isinstance(value, tuple) or len(value) not in (arity, 1):
+        raise CheckpointError(f"{source}: a state is not the optimizer's ({arity} arrays).")
+    return [_array(v, source, parse).astype(np.float64) for v in value]
+
+
+def _step(
+    opt: Mapping[str, Any], slots: Mapping[str, Any], names: list[str], rule: Rule, source: str
+) -> int:
+    """Updates taken: ``_index_update_count``; one count for the rules that correct bias."""
+    counts = {int(k): int(v) for k, v in (opt.get("_index_update_count") or {}).items()}
+    if not counts:
+        return int(opt.get("num_update", 0))
+    taken = {counts.get(names.index(n), 0) for n in slots}
+    if rule.name in ("adam", "adamax") and len(taken) > 1:
+        raise CheckpointError(
+            f"{source}: the parameters took different numbers of steps ({sorted(taken)}), "
+            "and torch's bias correction counts them per parameter from one step polytrain "
+            "writes: not ported."
+        )
+    return max(taken or counts.values())

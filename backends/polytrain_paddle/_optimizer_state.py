@@ -4,20 +4,28 @@
 ``<parameter name>_<accumulator>_<k>`` (paddle/optimizer/optimizer.py ``_add_accumulator``:
 ``unique_name.generate(param.name + "_" + acc)``, with the optimizer's ``name`` and, for
 ``multi_precision``, ``_fp32_master_<k>`` between them), plus ``LR_Scheduler`` (the
-scheduler's state dict, ``last_lr`` the rate of the next step) when the learning rate is a
-scheduler and ``master_weights`` (parameter name -> float32 copy) with ``multi_precision``.
-The accumulators (adam.py, momentum.py, adagrad.py):
+scheduler's ``last_epoch`` and ``last_lr``, the rate of the next step) when the learning
+rate is a scheduler and ``master_weights`` (parameter name -> float32 copy) with
+``multi_precision``. The accumulators tell the optimizer (paddle/optimizer/*.py):
 
-===============  ===========================  =========================================
-Adam, AdamW      moment1, moment2             exp_avg, exp_avg_sq
-                 beta1_pow_acc, beta2_pow_acc beta**(t+1) after t steps: filled with beta
-                                              and multiplied by beta after each update
-Momentum         velocity                     momentum_buffer (same rule, lr outside)
-Adagrad          moment                       sum
-===============  ===========================  =========================================
+=============  ===========================================  ===============================
+optimizer      accumulators                                 canonical (torch.optim) slots
+=============  ===========================================  ===============================
+SGD            none                                         none (say optimizer=sgd)
+Momentum       velocity                                     momentum_buffer (lr outside)
+Adam, AdamW,   moment1, moment2, beta1_pow_acc,             exp_avg, exp_avg_sq, step
+Lamb           beta2_pow_acc (the same for the three)       (Lamb: refused)
+Adamax         moment, inf_norm, beta1_pow_acc              exp_avg, exp_inf, step
+Adagrad        moment                                       sum
+Adadelta       _avg_squared_grad, _avg_squared_update       square_avg, acc_delta
+RMSProp        mean_square, mean_grad, momentum             square_avg, grad_avg, velocity
+=============  ===========================================  ===============================
 
-Accumulators are keyed by parameter names (``linear_0.w_0``); the ``.pdparams`` of the same
-run maps its structured names to them (``StructuredToParameterName@@``).
+A beta power is filled with beta and multiplied by it after each update: beta**(t+1)
+after t steps. RMSProp keeps the learning rate inside its ``momentum`` and eps inside the
+square root; Adamax adds eps to the decayed norm: their ``variant`` says so. Accumulators
+are keyed by parameter names (``linear_0.w_0``); the ``.pdparams`` of the same run maps its
+structured names to them (``StructuredToParameterName@@``).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from polytrain.backend.lr_schedule import paddle_schedule
 from polytrain.backend.native_format import PathLike
 from polytrain.backend.optimizer_file import OptimizerFile, resolve_hyper
 from polytrain.errors import CheckpointError, ConfigError
@@ -39,27 +48,59 @@ NAME_TABLE = "StructuredToParameterName@@"
 SCHEDULER = "LR_Scheduler"
 MASTER = "master_weights"
 _ALLOWED = safe_pickle.SAFE_GLOBALS | {("builtins", "tuple")}
-# accumulator -> (family, canonical slot); beta powers become the step count
-ACCUMULATORS: dict[str, tuple[str, str | None]] = {
-    "moment1": ("adam", "exp_avg"),
-    "moment2": ("adam", "exp_avg_sq"),
-    "beta1_pow_acc": ("adam", None),
-    "beta2_pow_acc": ("adam", None),
-    "velocity": ("momentum", "momentum_buffer"),
-    "moment": ("adagrad", "sum"),
+# the accumulators of one parameter -> (family, {accumulator: canonical slot})
+FAMILIES: dict[frozenset[str], tuple[str, dict[str, str]]] = {
+    frozenset({"velocity"}): ("momentum", {"velocity": "momentum_buffer"}),
+    frozenset({"moment1", "moment2", "beta1_pow_acc", "beta2_pow_acc"}): (
+        "adam",
+        {"moment1": "exp_avg", "moment2": "exp_avg_sq"},
+    ),
+    frozenset({"moment", "inf_norm", "beta1_pow_acc"}): (
+        "adamax",
+        {"moment": "exp_avg", "inf_norm": "exp_inf"},
+    ),
+    frozenset({"moment"}): ("adagrad", {"moment": "sum"}),
+    frozenset({"_avg_squared_grad", "_avg_squared_update"}): (
+        "adadelta",
+        {"_avg_squared_grad": "square_avg", "_avg_squared_update": "acc_delta"},
+    ),
+    frozenset({"mean_square", "mean_grad", "momentum"}): (
+        "rmsprop",
+        {"mean_square": "square_avg", "mean_grad": "grad_avg", "momentum": "velocity"},
+    ),
 }
-_KEY = re.compile(
-    r"(?:(?P<infix>.+)_)?(?P<acc>moment2_max|moment1|moment2|beta1_pow_acc|beta2_pow_acc"
-    r"|velocity|moment)_(?P<k>\d+)"
+NOT_PORTED = {  # accumulators of the Paddle optimizers polytrain does not port
+    "moment2_max": "Adam(amsgrad=True)",
+    "momentum_decay_pow": "NAdam",
+    "mu_product": "NAdam",
+    "beta2_pow": "NAdam or RAdam",
+    "beta1_pow": "RAdam",
+    "rho": "RAdam",
+    "prevs": "Rprop",
+    "learning_rates": "Rprop",
+    "d": "ASGD",
+    "y": "ASGD",
+    "m": "ASGD",
+}
+_NAMES = sorted({a for f in FAMILIES for a in f} | set(NOT_PORTED), key=len, reverse=True)
+_KEY = re.compile(r"(?:(?P<infix>.+)_)?(?P<acc>" + "|".join(_NAMES) + r")_(?P<k>\d+)")
+_ACCUMULATOR_NAME = re.compile(  # for telling a .pdopt given as weights: no 1-letter names
+    r".+_(?:.+_)?(?:" + "|".join(n for n in _NAMES if len(n) > 1) + r")_\d+"
 )
-_ACCUMULATOR_NAME = re.compile(r".+_" + _KEY.pattern)
-# paddle.optimizer defaults for what a .pdopt does not record
+# what a user may name a family (--optimizer-setting optimizer=...)
+NAMED = {"adam": ("adam", "adamw", "lamb")}
+# paddle.optimizer defaults for what a .pdopt does not record (never nesterov: see _rule)
 DEFAULTS: dict[str, dict[str, Any]] = {
+    "sgd": {"weight_decay": 0.0},
     "adam": {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0},
     "adamw": {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01},
-    "momentum": {"momentum": 0.9, "weight_decay": 0.0, "nesterov": False},
+    "momentum": {"momentum": 0.9, "weight_decay": 0.0},
+    "adamax": {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0},
     "adagrad": {"eps": 1e-6, "weight_decay": 0.0},
+    "adadelta": {"rho": 0.95, "eps": 1e-6, "weight_decay": 0.0},
+    "rmsprop": {"rho": 0.95, "eps": 1e-6, "momentum": 0.0, "weight_decay": 0.0},
 }
+VARIANTS = {"rmsprop": "eps-in-sqrt", "adamax": "eps-on-decayed-norm"}
 
 
 def read_pdopt(path: PathLike, weights: PathLike, settings: Mapping[str, Any]) -> OptimizerFile:
@@ -70,53 +111,77 @@ def read_pdopt(path: PathLike, weights: PathLike, settings: Mapping[str, Any]) -
     if not isinstance(state, dict):
         raise CheckpointError(f"{source} holds a {type(state).__name__}, not an optimizer state.")
     structured = _structured_names(weights)
-    found: dict[str, dict[str, np.ndarray]] = {}
-    for key, value in state.items():
-        if key in (SCHEDULER, MASTER) or (isinstance(key, str) and key.endswith("@@")):
-            continue
-        name, acc = _owner(str(key), structured, source, weights)
-        value = _unwrap(value)
-        if not isinstance(value, np.ndarray):
-            raise CheckpointError(f"{source}: {key!r} is not an array.")
-        if acc in found.setdefault(name, {}):
-            raise CheckpointError(
-                f"{source} holds two {acc} accumulators for {name!r}: it was saved from "
-                "several optimizers; save one optimizer's state_dict()."
-            )
-        found[name][acc] = value
-    if not found:
-        raise CheckpointError(
-            f"{source} holds no accumulators: the optimizer took no step before it was saved."
-        )
-    families = {ACCUMULATORS[a][0] for accs in found.values() for a in accs}
-    if len(families) != 1:
-        raise CheckpointError(f"{source} mixes the accumulators of {sorted(families)}.")
-    family = families.pop()
+    found = _accumulators(state, structured, source, weights)
+    family, slot_names = _family(found, source)
     rule = _rule(family, settings, source)
     recorded: dict[str, Any] = {}
-    notes = []
-    scheduler = state.get(SCHEDULER)
-    if isinstance(scheduler, dict) and "last_lr" in scheduler:
-        recorded["lr"] = float(scheduler["last_lr"])
-        notes.append(
-            f"learning rate {recorded['lr']:g} from LR_Scheduler (last_epoch "
-            f"{scheduler.get('last_epoch')}); the schedule itself is not ported"
-        )
+    schedule, notes = _schedule(state.get(SCHEDULER), settings, source)
+    if state.get(SCHEDULER) is not None:
+        recorded["lr"] = float(state[SCHEDULER]["last_lr"])
+    if rule == "rmsprop":
+        recorded.update(_centered(found))
     hyper, more = resolve_hyper(rule, recorded, DEFAULTS[rule], settings, source, "Paddle")
     notes += more
-    step = _step(found, hyper, source) if family == "adam" else 0
-    slots: dict[str, dict[str, np.ndarray]] = {}
-    for name, accs in found.items():
-        slots[name] = {
-            slot: np.array(value, dtype=np.float32)
+    if rule == "adamw" and hyper["weight_decay"]:
+        notes.append("AdamW's apply_decay_param_fun and lr_ratio are not in a .pdopt: torch's "
+                     "AdamW decays every parameter")  # fmt: skip
+    step = 0
+    if rule in ("adam", "adamw", "adamax"):
+        step = _step(found, hyper, source)
+    slots = {
+        name: {
+            slot_names[acc]: np.array(value, dtype=np.float32)
             for acc, value in accs.items()
-            if (slot := ACCUMULATORS[acc][1]) is not None
+            if acc in slot_names and not (acc == "mean_grad" and not hyper.get("centered"))
         }
+        for name, accs in found.items()
+    }
+    if rule == "sgd":  # every parameter, none of BatchNorm's statistics
+        slots = {n: {} for n in structured.values() if not n.endswith(("._mean", "._variance"))}
     shapes = {name: next(iter(s.values())).shape for name, s in slots.items() if s}
     masters = _master_weights(state.get(MASTER), structured, source)
     if masters:
         notes.append(f"{len(masters)} float32 master weights (multi_precision) replace the weights")
-    return OptimizerFile(rule, hyper, step, slots, shapes, masters, notes)
+    return OptimizerFile(rule, hyper, step, slots, shapes, masters, notes,
+                         VARIANTS.get(rule, ""), schedule)  # fmt: skip
+
+
+def _accumulators(
+    state: Mapping[Any, Any], structured: Mapping[str, str], source: str, weights: PathLike
+) -> dict[str, dict[str, np.ndarray]]:
+    """Structured name -> {accumulator: array} of every accumulator in ``state``."""
+    found: dict[str, dict[str, np.ndarray]] = {}
+    for key, value in state.items():
+        if key in (SCHEDULER, MASTER) or (isinstance(key, str) and key.endswith("@@")):
+            continue
+        param, acc = _owner(str(key), structured, source, weights)
+        value = _unwrap(value)
+        if not isinstance(value, np.ndarray):
+            raise CheckpointError(f"{source}: {key!r} is not an array.")
+        if acc in found.setdefault(param, {}):
+            raise CheckpointError(
+                f"{source} holds two {acc} accumulators for {param!r}: it was "
+                "saved from several optimizers; save one optimizer's state_dict()."
+            )
+        found[param][acc] = value
+    return found
+
+
+def _family(
+    found: Mapping[str, Mapping[str, np.ndarray]], source: str
+) -> tuple[str | None, dict[str, str]]:
+    """The optimizer the accumulators tell (None: there are none, as for SGD)."""
+    kinds = {frozenset(accs) for accs in found.values()}
+    if not kinds:
+        return None, {}
+    if len(kinds) != 1 or next(iter(kinds)) not in FAMILIES:
+        names = sorted({a for k in kinds for a in k})
+        raise CheckpointError(
+            f"{source} holds the accumulators {', '.join(names)}, which are no single Paddle "
+            "optimizer's (each parameter's should be one optimizer's set): save one "
+            "optimizer's state_dict()."
+        )
+    return FAMILIES[next(iter(kinds))]
 
 
 def refuse_optimizer_state(state: Mapping[Any, Any], source: str) -> None:
@@ -173,47 +238,103 @@ def _owner(
     for param in sorted(structured, key=len, reverse=True):
         if key.startswith(param + "_"):
             match = _KEY.fullmatch(key[len(param) + 1 :])
+            if match and match.group("acc") in NOT_PORTED:
+                raise CheckpointError(
+                    f"{source} holds the state of Paddle {NOT_PORTED[match.group('acc')]} "
+                    f"({key!r}), which polytrain does not port (it ports SGD, Momentum, Adam, "
+                    "AdamW, Adamax, Adagrad, Adadelta and RMSProp)."
+                )
             if match:
-                acc = match.group("acc")
-                if acc == "moment2_max":
-                    raise CheckpointError(
-                        f"{source} is the state of Adam(amsgrad=True) ({key!r}), which "
-                        "polytrain does not port."
-                    )
-                return structured[param], acc
+                return structured[param], match.group("acc")
+            raise CheckpointError(
+                f"{source}: {key!r} is an accumulator of {structured[param]!r} that no Paddle "
+                "optimizer polytrain ports keeps (it ports SGD, Momentum, Adam, AdamW, Adamax, "
+                "Adagrad, Adadelta and RMSProp)."
+            )
     raise CheckpointError(
-        f"{source}: {key!r} is no accumulator of a parameter of {os.fspath(weights)} "
-        "(polytrain ports Adam, AdamW, Momentum and Adagrad): are both files from the "
-        "same run?"
+        f"{source}: {key!r} is no accumulator of a parameter of {os.fspath(weights)}: are "
+        "both files from the same run?"
     )
 
 
-def _rule(family: str, settings: Mapping[str, Any], source: str) -> str:
+def _rule(family: str | None, settings: Mapping[str, Any], source: str) -> str:
+    """The rule: the accumulators' (one of NAMED's, for Adam's) as the user says."""
     given = settings.get("optimizer")
-    allowed = ("adam", "adamw") if family == "adam" else (family,)
-    if given is None and family == "adam":
+    if family is None:
+        if given != "sgd":
+            raise CheckpointError(
+                f"{source} holds no accumulators: it is the state of SGD (say "
+                "--optimizer-setting optimizer=sgd) or of an optimizer that took no step, "
+                "which has nothing to port."
+            )
+        return "sgd"
+    allowed = NAMED.get(family, (family,))
+    if given is None and len(allowed) > 1:
         raise ConfigError(
-            f"{source} holds Adam or AdamW state (the same accumulators): say which with "
-            "--optimizer-setting optimizer=adam or optimizer=adamw."
+            f"{source} holds the state of Adam, AdamW or Lamb (the same accumulators): say "
+            "which with --optimizer-setting optimizer=adam, optimizer=adamw or optimizer=lamb."
         )
     if given is not None and given not in allowed:
-        raise ConfigError(f"{source} holds {family} state, not {given}.")
+        raise ConfigError(
+            f"{source} holds the state of Paddle {' or '.join(allowed)} (its accumulators "
+            f"say so), not {given}: drop the optimizer setting or check the file."
+        )
+    if given == "lamb":
+        raise ConfigError(
+            f"{source}: torch has no Lamb (its layer-wise trust ratio), and no other "
+            "optimizer continues its state: polytrain does not port Paddle Lamb."
+        )
     return str(given or family)
+
+
+def _centered(found: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, Any]:
+    """What RMSProp's accumulators tell of ``centered``: the mean gradient stays zero
+    unless it is; nothing where no gradient has been seen either."""
+    if any(np.any(accs["mean_grad"]) for accs in found.values()):
+        return {"centered": True}
+    if any(np.any(accs["mean_square"]) for accs in found.values()):
+        return {"centered": False}
+    return {}
+
+
+def _schedule(
+    scheduler: Any, settings: Mapping[str, Any], source: str
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """The schedule to go on with (None: a constant rate) and a note saying which."""
+    if scheduler is None:
+        if settings.get("scheduler") not in (None, "constant"):
+            raise ConfigError(
+                f"{source} has no LR_Scheduler: the run's rate was constant; drop the "
+                "scheduler setting."
+            )
+        return None, []
+    if not isinstance(scheduler, dict) or "last_lr" not in scheduler:
+        raise CheckpointError(f"{source}: LR_Scheduler has no last_lr.")
+    last = f"last_epoch {scheduler.get('last_epoch')}, lr {float(scheduler['last_lr']):g}"
+    spec = settings.get("scheduler")
+    if spec is None:
+        raise ConfigError(
+            f"{source} was saved with an LR scheduler ({last}), whose kind the file does not "
+            "record: give it as the run's script built it, e.g. --optimizer-setting "
+            "scheduler='CosineAnnealingDecay(learning_rate=0.1, T_max=20)', or "
+            "scheduler=constant to go on at the last lr."
+        )
+    schedule = paddle_schedule(spec, scheduler, source)
+    if schedule is None:
+        return None, [f"LR_Scheduler ({last}): continued at the constant lr (scheduler=constant)"]
+    return schedule, [f"LR_Scheduler ({last}): continued as {schedule['kind']}"]
 
 
 def _step(found: Mapping[str, Mapping[str, np.ndarray]], hyper: Mapping[str, Any],
           source: str) -> int:  # fmt: skip
     """Updates taken, from beta1_pow_acc = beta1**(t+1) (beta2's where beta1's has
-    underflowed), checked against beta2_pow_acc: they disagree when the betas are not
-    the run's."""
+    underflowed), checked against beta2_pow_acc (Adamax has none): they disagree when
+    the betas are not the run's."""
     b1, b2 = hyper["betas"]
     steps = set()
     for name, accs in found.items():
-        try:
-            p1 = float(np.asarray(accs["beta1_pow_acc"]).reshape(-1)[0])
-            p2 = float(np.asarray(accs["beta2_pow_acc"]).reshape(-1)[0])
-        except KeyError as exc:
-            raise CheckpointError(f"{source}: {name!r} has no {exc.args[0]}.") from None
+        p1 = float(np.asarray(accs["beta1_pow_acc"]).reshape(-1)[0])
+        p2 = float(np.asarray(accs.get("beta2_pow_acc", [math.nan])).reshape(-1)[0])
         t1 = _power(p1, b1)
         t2 = _power(p2, b2)
         est = t1 if t1 is not None and p1 > 1e-30 else t2
@@ -242,7 +363,7 @@ def _step(found: Mapping[str, Mapping[str, np.ndarray]], hyper: Mapping[str, Any
 
 def _power(p: float, beta: float) -> float | None:
     """k with beta**k == p (None where that says nothing)."""
-    if not (0 < p < 1) or not (0 < beta < 1):
+    if not (0 < p < 1) or not (0 < beta < 1):  # NaN too
         return None
     return math.log(p) / math.log(beta)
 

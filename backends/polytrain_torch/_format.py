@@ -88,6 +88,12 @@ class TorchFormat(NativeFormat):
 
         return encode_optimizer(state)
 
+    def encode_scheduler(self, state: OptimizerFile) -> bytes:
+        """``torch.save(scheduler.state_dict())``, see ``_optimizer_state``."""
+        from ._optimizer_state import encode_scheduler
+
+        return encode_scheduler(state)
+
 
 _TORCH_STORAGES = {
     "FloatStorage": "<f4",

@@ -161,6 +161,14 @@ class NativeFormat(ABC):
             "state to PyTorch (--to torch) or a neutral checkpoint (--to neutral)."
         )
 
+    def encode_scheduler(self, state: OptimizerFile) -> bytes:
+        """The bytes of this framework's learning-rate scheduler file for
+        ``state.scheduler``. May import the framework."""
+        raise CheckpointError(
+            f"polytrain writes no scheduler file for {self.label}; write the optimizer "
+            "state and its schedule to PyTorch (--to torch)."
+        )
+
     def write(self, path: PathLike, tensors: Mapping[str, np.ndarray]) -> None:
         """Write ``tensors`` (native names and layout) to ``path``, atomically."""
         if Path(path).is_dir():

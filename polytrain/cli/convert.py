@@ -34,6 +34,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         report = convert_with_optimizer(
             args.input, args.output, args.to, optimizer=args.optimizer,
             settings=args.optimizer_setting, optimizer_out=args.optimizer_out,
+            scheduler_out=args.scheduler_out,
             model=args.model, name_map=args.map, dtype=args.dtype,
         )  # fmt: skip
         print(report.format())

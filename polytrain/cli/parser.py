@@ -277,13 +277,22 @@ def build_parser() -> argparse.ArgumentParser:
         "before its suffix, e.g. model.optimizer.pt)",
     )
     p.add_argument(
+        "--scheduler-out",
+        default=None,
+        metavar="FILE",
+        help="where the ported lr scheduler state goes, when the run had a schedule "
+        "(default: OUTPUT with .scheduler before its suffix)",
+    )
+    p.add_argument(
         "--optimizer-setting",
         action="append",
         default=None,
         metavar="KEY=VALUE",
-        help="a hyperparameter the optimizer file does not record: optimizer=adam|adamw|"
-        "momentum|adagrad|sgd, lr, momentum, betas=B1,B2, eps, weight_decay, nesterov; "
-        "order=FILE (Gluon: the Trainer's parameter order)",
+        help="what the optimizer file does not record: optimizer=sgd|momentum|adam|adamw|"
+        "adamax|adagrad|adadelta|rmsprop, lr, momentum, betas=B1,B2, eps, weight_decay, "
+        "nesterov=true|false, rho, centered; scheduler='StepDecay(...)' (Paddle: the run's "
+        "LR scheduler as its script built it) or scheduler=constant; order=FILE (Gluon: "
+        "the Trainer's parameter order)",
     )
     p.set_defaults(func=cmd_convert, subparser=p)
 

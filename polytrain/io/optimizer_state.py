@@ -9,7 +9,8 @@ stored transposed is transposed with it) and the model's parameter order. Then e
   form: config, step, lr, slots), so that ``polytrain train --resume`` continues with it;
 * ``--to FORMAT``: the weights file, plus an optimizer file written by the target's
   plugin (``NativeFormat.encode_optimizer``; ``--optimizer-out``, by default the output
-  with ``.optimizer`` before its suffix).
+  with ``.optimizer`` before its suffix) and, where the run had a learning-rate schedule,
+  its scheduler file (``encode_scheduler``; ``--scheduler-out``, by default ``.scheduler``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from polytrain.io.convert import (
 from polytrain.io.name_map import NameMap
 from polytrain.io.native import NEUTRAL
 from polytrain.neutral.models import ModelSpec
+from polytrain.neutral.optim import OPTIMIZERS as NEUTRAL_RULES
 from polytrain.neutral.optim import OptimizerConfig
 from polytrain.utils.fileio import atomic_write_bytes
 from polytrain.utils.output_paths import refuse_overwriting_inputs
@@ -93,25 +95,28 @@ def read_optimizer_state(
         {name: tuple(np.shape(weights.params[name])) for name in order},
         masters,
         list(native.notes),
+        native.variant,
+        native.scheduler,
     )
 
 
 def neutral_state(state: OptimizerFile) -> dict[str, Any]:
-    """``Optimizer.state_dict()`` of the canonical rules for ``state`` (a rule they lack,
-    AdamW with weight decay or Nesterov momentum, is an error)."""
+    """``Optimizer.state_dict()`` of the canonical rules for ``state``; a rule polytrain
+    train has not (AdamW with weight decay, Nesterov momentum, Adamax, Adadelta, RMSProp,
+    a framework's variant, a schedule) is an error naming ``--to torch``."""
     h = state.hyper
-    name = state.rule
-    if name == "adamw":
-        if h["weight_decay"]:
-            raise ConfigError(
-                "polytrain train has no AdamW (decoupled weight decay): its state converts "
-                "to PyTorch (--to torch), not to a neutral checkpoint."
-            )
-        name = "adam"  # without weight decay, the same rule
-    if h.get("nesterov"):
+    name = "adam" if state.rule == "adamw" and not h["weight_decay"] else state.rule
+    lacks = None
+    if name not in NEUTRAL_RULES or state.variant:
+        lacks = f"no {state.rule} optimizer{' of that rule' if state.variant else ''}"
+    elif h.get("nesterov"):
+        lacks = "no Nesterov momentum"
+    elif state.scheduler is not None:
+        lacks = f"no {state.scheduler['kind']} schedule in its checkpoint"
+    if lacks:
         raise ConfigError(
-            "polytrain train has no Nesterov momentum: the state converts to PyTorch "
-            "(--to torch), not to a neutral checkpoint."
+            f"polytrain train has {lacks}: the state converts to PyTorch (--to torch), not "
+            "to a neutral checkpoint."
         )
     config = OptimizerConfig(
         name=name,
@@ -123,6 +128,12 @@ def neutral_state(state: OptimizerFile) -> dict[str, Any]:
     )
     return {"config": config.to_dict(), "step": state.step, "lr": float(h["lr"]),
             "slots": state.slots}  # fmt: skip
+
+
+def scheduler_path(output: PathLike) -> Path:
+    """Where the scheduler file goes by default: ``out.pt`` -> ``out.scheduler.pt``."""
+    out = Path(output)
+    return out.with_name(f"{out.stem}.scheduler{out.suffix}")
 
 
 def optimizer_path(output: PathLike) -> Path:
@@ -139,6 +150,7 @@ def convert_with_optimizer(
     optimizer: PathLike,
     settings: Mapping[str, Any] | list[str] | None = None,
     optimizer_out: PathLike | None = None,
+    scheduler_out: PathLike | None = None,
     model: str | ModelSpec | None = None,
     name_map: PathLike | Mapping[str, Any] | None = None,
     dtype: str | None = None,
@@ -147,18 +159,20 @@ def convert_with_optimizer(
     optimizer state ``optimizer`` of the same run (see the module docstring). Nothing is
     written on any error, and no output is one of the inputs."""
     out = Path(optimizer_out) if optimizer_out else optimizer_path(target)
+    sched_out = Path(scheduler_out) if scheduler_out else scheduler_path(target)
+    native = to != NEUTRAL
     refuse_overwriting_inputs(
-        {"the output": target, "--optimizer-out": None if to == NEUTRAL else out},
+        {"the output": target, "--optimizer-out": out if native else None,
+         "--scheduler-out": sched_out if native else None},
         {**conversion_inputs(source, name_map), "--optimizer": optimizer},
-    )
-    written = []
+    )  # fmt: skip
     try:
         weights, read_map = read_weights_with_map(source, model=model, name_map=name_map, other=to)
         state = read_optimizer_state(optimizer, weights, read_map, settings)
         if to == NEUTRAL:
             origin = {"format": weights.format, "path": str(weights.path),
                       "optimizer": os.fspath(optimizer)}  # fmt: skip
-            written.append(
+            written = [
                 save_checkpoint(
                     target,
                     params=weights.params,
@@ -167,16 +181,10 @@ def convert_with_optimizer(
                     extra={"converted_from": origin},
                     param_dtype=dtype or "float32",
                 )
-            )
+            ]
         else:
-            blob = native_io.get_format(to).encode_optimizer(state)
-            written.append(
-                write_weights(
-                    target, weights, to, name_map=name_map, other=weights.format, dtype=dtype
-                )
-            )
-            atomic_write_bytes(out, blob)
-            written.append(out)
+            written = _write_native(target, to, weights, state, (out, sched_out),
+                                    name_map=name_map, dtype=dtype)  # fmt: skip
     except PolytrainError as exc:  # the CLI prints one line
         raise type(exc)(" ".join(str(exc).split())) from exc
     except OSError as exc:
@@ -186,8 +194,11 @@ def convert_with_optimizer(
         *weights.notes,
         *state.notes,
         f"optimizer state: {state.rule}, step {state.step}, lr {state.hyper['lr']:g}, "
-        f"{len(state.slots)} parameters, {slots} slots -> {written[-1]}",
+        f"{len(state.slots)} parameters, {slots} slots -> {written[1 if native else 0]}",
     ]
+    if native and state.scheduler:
+        notes.append(f"lr schedule: {state.scheduler['kind']}, step "
+                     f"{state.scheduler['last_epoch']} -> {written[-1]}")  # fmt: skip
     return ConvertReport(
         source=Path(source),
         source_format=weights.format,
@@ -198,3 +209,27 @@ def convert_with_optimizer(
         values=sum(int(np.size(a)) for a in weights.params.values()),
         notes=notes,
     )
+
+
+def _write_native(
+    target: PathLike,
+    to: str,
+    weights: Weights,
+    state: OptimizerFile,
+    outputs: tuple[Path, Path],
+    *,
+    name_map: PathLike | Mapping[str, Any] | None,
+    dtype: str | None,
+) -> list[Path]:
+    """Write the weights, the optimizer file and (with a schedule) the scheduler file of
+    format ``to``, all encoded before the first is written: the paths written."""
+    plugin = native_io.get_format(to)
+    blob = plugin.encode_optimizer(state)
+    schedule = plugin.encode_scheduler(state) if state.scheduler else None
+    written = [write_weights(target, weights, to, name_map=name_map, other=weights.format,
+                             dtype=dtype)]  # fmt: skip
+    for path, data in zip(outputs, (blob, schedule), strict=True):
+        if data is not None:
+            atomic_write_bytes(path, data)
+            written.append(path)
+    return written
