@@ -69,7 +69,7 @@ from polytrain.training.checkpointing import (
 from polytrain.training.compile_decision import CompileChoice, RunPlan, choose_compile, model_work
 from polytrain.training.curves import CurvesPlot
 from polytrain.training.early_stopping import EarlyStopping
-from polytrain.training.evaluation import Evaluation, evaluate_split
+from polytrain.training.evaluation import Evaluation, eval_batch_size, evaluate_split
 from polytrain.training.health import (
     DEFAULT_MAX_LOSS_GROWTH,
     DEFAULT_MAX_SKIPPED,
@@ -542,6 +542,7 @@ class Trainer:
             self.runner, self.backend, dataset, split, tokens=bool(self._sequence_targets()),
             stop=lambda: self._stop_signal or 0,
             progress=lambda: self._progress(f"evaluation of epoch {self.epoch + 1}"),
+            batch_size=eval_batch_size(self.recipe.batch_size, self.backend.world_size),
         )  # fmt: skip
         if problem := found.problem(self.recipe.metric_spec().label):
             self._diverged(problem, self._state())
