@@ -78,6 +78,7 @@ class GuardedHooks:
                     raise
                 raise self._error(name, impl, exc) from exc
 
+        setattr(self, name, call)  # made once: later calls skip __getattr__
         return call
 
     def _error(self, hook_name: str, impl: Any, exc: Exception) -> PluginError:
