@@ -44,3 +44,7 @@ class DivergedError(PolytrainError):
 
 class ShapeError(PolytrainError, ValueError):
     """An input does not fit the model: the message names the layer and the shapes."""
+
+
+class PluginError(PolytrainError):
+    """A user's training-event plugin raised: the run stopped there."""

@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from polytrain.cli.main import main
@@ -14,7 +15,7 @@ from polytrain.errors import ConfigError
 from polytrain.io.checkpoint import CheckpointManager
 from polytrain.plugins.registry import get_backend
 from polytrain.testing.conformance import backends_under_test
-from polytrain.training.health import RunHealth
+from polytrain.training.health import RunHealth, tensor_problem
 from polytrain.training.recipe import Recipe
 from polytrain.training.trainer import Trainer
 
@@ -106,3 +107,13 @@ def test_the_start_loss_survives_a_resume() -> None:
 def test_thresholds_out_of_range_are_refused(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
         Trainer(Recipe(train_samples=32, test_samples=32), "numpy", **kwargs)  # type: ignore[arg-type]
+
+
+def test_the_tensors_of_a_state_are_judged_by_name() -> None:
+    finite = {"fc.weight": np.ones((2, 2), np.float32), "count": np.arange(3)}
+    assert tensor_problem(finite, {"fc.weight": {"exp_avg": np.zeros((2, 2))}}) is None
+    params = {**finite, "fc.bias": np.array([1.0, np.inf], np.float32)}
+    problem = tensor_problem(params, {"fc.weight": {"exp_avg": np.full((2, 2), np.nan)}})
+    assert problem is not None and problem.non_finite
+    assert "1 of 3 parameter tensors (first 'fc.bias')" in problem.reason
+    assert "1 of 1 optimizer slot tensors (first 'fc.weight/exp_avg')" in problem.reason

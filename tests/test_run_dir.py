@@ -179,3 +179,63 @@ def test_compare_refuses_a_folder_that_holds_a_training_run(
 def test_the_lock_is_released_when_the_run_ends(tmp_path: Path) -> None:
     assert train(tmp_path / "run") == 0
     claim_run_dir(tmp_path / "run", resume=tmp_path / "run").release()  # free again
+
+
+def _refused(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    """The one line of a refused ``train`` (``args``: its flags, --out first)."""
+    capsys.readouterr()
+    assert train(Path(args[0]), *args[1:]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def test_a_run_killed_in_its_first_save_is_not_a_trap(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    assert train(out) == 0
+    # what SIGKILL during the first save leaves (polytrain.io.checkpoint): the files in a
+    # hidden temporary folder, the manifest not yet written, no `latest`
+    checkpoints = out / "checkpoints"
+    partial = checkpoints / ".step-00000002.tmp-k1ll3d"
+    (checkpoints / "step-00000002").rename(partial)
+    (partial / "manifest.json").unlink()
+    (checkpoints / "latest").unlink()
+    err = _refused(capsys, str(out))
+    assert "holds another run" in err and "with no checkpoint to resume" in err, err
+    assert "the save was interrupted" in err and "--overwrite" in err and "--resume" not in err
+    err = _refused(capsys, str(out), "--resume", str(out))
+    assert "no checkpoint to resume" in err and "--overwrite instead of --resume" in err, err
+    assert train(out, "--overwrite") == 0
+
+
+def test_a_run_whose_checkpoints_were_set_aside_says_how_to_go_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"  # the loss of step 2 exceeds 1.01 times its start: a stop
+    strict = ["--optimizer", "sgd", "--lr", "1", "--checkpoint-every", "1",
+              "--max-loss-growth", "1.01"]  # fmt: skip
+    assert train(out, *strict) == 2
+    aside = out / "checkpoints" / "diverged" / "step-00000001"
+    assert aside.is_dir() and not (out / "checkpoints" / "latest").exists()
+    for args in ([], ["--resume", str(out)]):
+        err = _refused(capsys, str(out), *strict, *args)
+        assert f"--resume {aside}" in err and "--overwrite" in err, err
+    capsys.readouterr()
+    assert train(out, "--resume", str(aside), "--max-loss-growth", "inf") == 0  # as named
+    assert f"polytrain: warning: resuming from {aside}" in capsys.readouterr().err
+    assert load_checkpoint(out).position["global_step"] == 2
+
+
+def test_a_run_whose_only_checkpoint_is_nan_is_told_to_start_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"  # one step whose update makes every weight NaN/Inf
+    assert train(out, "--train-samples", "32", "--lr", "1e308") == 2
+    assert (out / "checkpoints" / "diverged" / "step-00000001").is_dir()
+    for args in ([], ["--resume", str(out)]):
+        err = _refused(capsys, str(out), *args)
+        assert "with NaN/Inf weights" in err and "--overwrite" in err, err
+        assert "--resume /" not in err  # nothing to resume from
+    assert train(out, "--train-samples", "32", "--overwrite") == 0

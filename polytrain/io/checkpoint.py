@@ -45,6 +45,7 @@ import safetensors.numpy as stnp
 
 from polytrain.backend.mismatch import compare_shapes, name_list
 from polytrain.errors import CheckpointError, ConfigError
+from polytrain.io.manifest_fields import check_manifest
 from polytrain.neutral.models import ModelSpec
 from polytrain.utils.fileio import apply_umask, atomic_write_text, fsync_dir
 
@@ -56,6 +57,8 @@ MANIFEST_FILE = "manifest.json"
 _KNOWN_FILES = {MODEL_FILE, OPTIMIZER_FILE, MANIFEST_FILE}
 _STEP_DIR = re.compile(r"step-(\d+)")
 _LIST_MAX = 8
+ASIDE_DIR = "diverged"  # checkpoints/diverged/: set aside by a stop, out of --resume's way
+_RUN_MARKERS = ("checkpoints", "metrics.jsonl")  # a run directory holds one of these
 
 PathLike = str | os.PathLike[str]
 
@@ -281,7 +284,10 @@ def find_checkpoint(path: PathLike) -> Path:
         if (checkpoints / "latest").exists() or _step_dirs(checkpoints):
             found = CheckpointManager(run_dir).latest()
             if found is None:
-                raise CheckpointError(f"{path} holds no complete checkpoint.")
+                raise CheckpointError(
+                    f"{path} holds no complete checkpoint: {missing_checkpoint(run_dir)}; "
+                    "to start again in it: --overwrite instead of --resume."
+                )
             return found
     aside = _aside(path.absolute())
     if not path.exists() and (aside / MANIFEST_FILE).is_file():
@@ -296,10 +302,56 @@ def find_checkpoint(path: PathLike) -> Path:
         raise CheckpointError(
             f"{path} has no {MANIFEST_FILE}: it is incomplete or not a polytrain checkpoint."
         )
+    if any((path / marker).exists() for marker in _RUN_MARKERS):
+        raise CheckpointError(
+            f"{path} holds a run with no checkpoint to resume: {missing_checkpoint(path)}; "
+            "to start again in it: --overwrite instead of --resume."
+        )
     raise CheckpointError(
         f"No checkpoint at {path}: expected a checkpoint directory (with {MANIFEST_FILE}) "
         "or a run directory (with checkpoints/)."
     )
+
+
+def missing_checkpoint(run_dir: PathLike) -> str:
+    """Why the run in ``run_dir`` has no checkpoint ``--resume`` would take (the words
+    after "no checkpoint to resume: "); it names a set-aside checkpoint that can be
+    resumed explicitly, if there is one."""
+    checkpoints = Path(run_dir).absolute() / "checkpoints"
+    aside = [p for _, p in reversed(_step_dirs(checkpoints / ASIDE_DIR))]
+    usable = next((p for p in aside if not _invalid(p) and _finite_params(p)), None)
+    if usable is not None:
+        return (
+            f"its checkpoints were set aside in {usable.parent} when the run went wrong; "
+            f"to go on from the newest anyway: --resume {usable} (it stops again unless that "
+            "stop was too strict: then raise --max-loss-growth)"
+        )
+    if aside:
+        return (
+            f"its only checkpoints were set aside in {aside[0].parent} with NaN/Inf weights "
+            "or damaged, and nothing can train from them"
+        )
+    if incomplete := sorted(checkpoints.glob(".step-*.tmp-*")):
+        return (
+            f"its first checkpoint was never completed (the save was interrupted: "
+            f"{incomplete[-1].name} is ignored)"
+        )
+    if _step_dirs(checkpoints):
+        return f"no checkpoint in {checkpoints} is complete and uncorrupted"
+    return "it stopped before its first checkpoint"
+
+
+def is_set_aside(path: PathLike) -> bool:
+    """Whether the checkpoint directory ``path`` was set aside by a run's stop
+    (``checkpoints/diverged/step-N``)."""
+    path = Path(path).absolute()
+    return path.parent.name == ASIDE_DIR and path.parent.parent.name == "checkpoints"
+
+
+def _finite_params(path: Path) -> bool:
+    """Whether the float parameters of the (valid) checkpoint ``path`` are all finite."""
+    arrays = stnp.load((path / MODEL_FILE).read_bytes())
+    return all(a.dtype.kind != "f" or bool(np.isfinite(a).all()) for a in arrays.values())
 
 
 def _is_position(value: Any) -> bool:
@@ -359,6 +411,7 @@ def read_manifest(directory: PathLike) -> dict[str, Any]:
             f"{file} is malformed: wrong type for {', '.join(wrong)}. The checkpoint was "
             "damaged or edited; use an earlier checkpoint."
         )
+    check_manifest(file, manifest)  # the numbers: a string, a negative or huge step
     return manifest
 
 
@@ -538,6 +591,12 @@ class CheckpointManager:
         self.prune()
         return path
 
+    def save_aside(self, **kwargs: Any) -> Path:
+        """:func:`save_checkpoint` into ``diverged/step-<global_step>`` (a state a run must
+        not resume from, kept for inspection); ``latest`` is not touched."""
+        step = int((kwargs.get("position") or {}).get("global_step", 0))
+        return save_checkpoint(self.directory / ASIDE_DIR / f"step-{step:08d}", **kwargs)
+
     def point(self, path: Path) -> None:
         """Make ``latest`` name ``path`` (a ``step-N`` directory of this run)."""
         step = int(path.name.split("-")[1])
@@ -575,7 +634,7 @@ class CheckpointManager:
         ``checkpoints/diverged/``, where ``--resume`` does not look, and point ``latest`` at
         ``after`` (or remove it); return the new places. Nothing is deleted."""
         moved = []
-        aside = self.directory / "diverged"
+        aside = self.directory / ASIDE_DIR
         for path in self.checkpoints():
             if after is None or path.name > after.name:
                 aside.mkdir(exist_ok=True)

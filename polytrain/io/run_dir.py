@@ -3,7 +3,9 @@
 * :func:`writable_dir` checks a folder (``--out``, ``--tensorboard``, ``--log-dir``) before
   any work: it is created if missing, must be a folder, and must accept a file.
 * :func:`claim_run_dir` takes the folder's lock and refuses a folder that holds another
-  run unless the user resumes it or asks to overwrite it.
+  run unless the user resumes it or asks to overwrite it; when that run has no checkpoint
+  to resume (stopped before or during its first save, or every checkpoint set aside as
+  diverged) the refusal says so and names what to run instead.
 
 The lock is ``.polytrain.lock`` with an advisory ``flock`` held for the life of the run; the
 file names the owner (pid, host, command, start time) for the message a second run gets.
@@ -22,11 +24,13 @@ import shutil
 import socket
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from polytrain.errors import ConfigError, OutputError
+from polytrain.errors import CheckpointError, ConfigError, OutputError
+from polytrain.io.checkpoint import find_checkpoint, missing_checkpoint
 
 LOCK_FILE = ".polytrain.lock"
 METRICS_FILE = "metrics.jsonl"
@@ -147,16 +151,7 @@ def claim_run_dir(
         found = run_contents(folder)
         if found and not (resume is not None and _inside(Path(resume), folder)):
             if not overwrite:
-                what = ", ".join(found)
-                hint = (
-                    "--resume names another run"
-                    if resume is not None
-                    else f"to continue it, --resume {folder}"
-                )
-                raise ConfigError(
-                    f"--out {folder} holds another run ({what}); {hint}; to replace it, "
-                    "--overwrite; or choose another --out."
-                )
+                raise ConfigError(_refusal(folder, found, resume))
             for name in found:
                 target = folder / name
                 if target.is_dir():
@@ -167,3 +162,26 @@ def claim_run_dir(
         held.release()
         raise
     return held
+
+
+def _refusal(folder: Path, found: list[str], resume: str | os.PathLike[str] | None) -> str:
+    """Why ``folder`` is refused, and what to run instead."""
+    what = ", ".join(found)
+    if resume is not None:
+        hint = "--resume names another run"
+    else:
+        try:
+            with warnings.catch_warnings():  # a damaged latest: the fallback is fine here
+                warnings.simplefilter("ignore")
+                find_checkpoint(folder)
+        except CheckpointError:
+            return (
+                f"--out {folder} holds another run ({what}) with no checkpoint to resume: "
+                f"{missing_checkpoint(folder)}; to replace it, --overwrite; or choose "
+                "another --out."
+            )
+        hint = f"to continue it, --resume {folder}"
+    return (
+        f"--out {folder} holds another run ({what}); {hint}; to replace it, --overwrite; "
+        "or choose another --out."
+    )

@@ -11,15 +11,22 @@ scaling skips a step whose gradients overflowed). It reports a reason to stop wh
 
 It also knows which checkpoints are good: a checkpoint taken after global step ``k``
 holds the weights that compute the loss of step ``k + 1``, so it is good once that loss
-is healthy, and never when it is not.
+is healthy, and never when it is not. The update no loss follows (the last step of a run,
+the state a signal stop saves) is judged by its tensors: :func:`tensor_problem` looks for
+NaN/Inf in the parameters and optimizer slots read for a checkpoint, on the host, once per
+checkpoint and never per step (ResNet-18 with Adam, 33.5 M values: 22-28 ms of a 1.0-1.1 s
+checkpoint on a loaded 2-core machine).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from polytrain.errors import ConfigError
 
@@ -126,3 +133,58 @@ class RunHealth:
             self.first_losses = [float(v) for v in state.get("first_losses", [])]
             self.steps = int(state.get("steps", 0))
             self.skipped = int(state.get("skipped", 0))
+
+
+def stop_line(
+    problem: Problem, at: str, kept: str, *, loss: float, applied: bool, layer: str | None
+) -> str:
+    """The line of a stop on step ``at``'s ``loss``: the reason, whether the update was
+    applied, the first layer whose output is NaN/Inf (when known), the fix, and ``kept``
+    (the last good checkpoint)."""
+    if not problem.non_finite:
+        return (
+            f"Training stopped {at}: {problem.reason}. Lower --lr or check the data; the "
+            f"thresholds are --max-loss-growth and --max-skipped. {kept}"
+        )
+    where = (
+        f"The first layer whose output is NaN/Inf on this batch is {layer!r}."
+        if layer
+        else "Every layer's output is finite on this batch: the loss itself overflowed."
+    )
+    update = (
+        "its gradients were finite: the update was applied"
+        if applied
+        else "the update was not applied"
+    )
+    return (
+        f"The loss became {loss} {at}; {update}. {where} Lower --lr, add --weight-decay, "
+        f"or check the data. {kept}"
+    )
+
+
+def nonfinite_tensors(tensors: Mapping[str, Any]) -> list[str]:
+    """The names of the float tensors (host arrays) that hold NaN or Inf."""
+    found = []
+    for name, value in tensors.items():
+        array = np.asarray(value)
+        if array.dtype.kind in "fc" and not np.isfinite(array).all():
+            found.append(name)
+    return found
+
+
+def tensor_problem(
+    params: Mapping[str, Any], slots: Mapping[str, Mapping[str, Any]] | None = None
+) -> Problem | None:
+    """Why a state whose parameters or optimizer slots (``{param: {slot: array}}``) hold
+    NaN/Inf must not become a checkpoint to resume from; None when every tensor is finite."""
+    flat = {f"{p}/{s}": v for p, named in (slots or {}).items() for s, v in named.items()}
+    parts = []
+    for what, tensors in (("parameter", params), ("optimizer slot", flat)):
+        if bad := nonfinite_tensors(tensors):
+            parts.append(f"{len(bad)} of {len(tensors)} {what} tensors (first {bad[0]!r})")
+    if not parts:
+        return None
+    return Problem(
+        f"NaN/Inf in {' and '.join(parts)}: the last update overflowed, though its loss was finite",
+        non_finite=True,
+    )

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import pluggy
@@ -55,21 +55,30 @@ from polytrain.io.run_dir import (
 from polytrain.neutral.losses import check_targets
 from polytrain.neutral.models import ModelSpec
 from polytrain.neutral.shape_check import sample_output_shape
-from polytrain.neutral.sharding import share_bounds
 from polytrain.neutral.spec_file import is_spec_reference, resolve_model_spec
 from polytrain.plugins.control import TrainControl
+from polytrain.plugins.guard import GuardedHooks
 from polytrain.plugins.records import EpochRecord, RunInfo, StepRecord, Summary
 from polytrain.plugins.registry import cluster_environments, get_backend, make_plugin_manager
 from polytrain.training.builtin_plugins import JsonlLogger, ProgressBar
+from polytrain.training.checkpointing import (
+    RunCheckpoints,
+    check_resumable,
+    resumed_aside_warning,
+    warn,
+)
 from polytrain.training.compile_decision import CompileChoice, RunPlan, choose_compile, model_work
 from polytrain.training.curves import CurvesPlot
 from polytrain.training.early_stopping import EarlyStopping
+from polytrain.training.evaluation import Evaluation, eval_batch_size, evaluate_split
 from polytrain.training.fit_checks import check_run_fits
 from polytrain.training.health import (
     DEFAULT_MAX_LOSS_GROWTH,
     DEFAULT_MAX_SKIPPED,
     Problem,
     RunHealth,
+    stop_line,
+    tensor_problem,
 )
 from polytrain.training.inspection import first_nonfinite, inspect_record, parse_steps
 from polytrain.training.pipeline import pipeline_backend
@@ -240,6 +249,9 @@ class Trainer:
         self.control = TrainControl(
             lambda: self.backend.get_params(self.model), lambda: self.history
         )
+        self.hooks = GuardedHooks(
+            self.pm, lambda: f"at global step {self.global_step}", lambda: self.checkpoints.intact()
+        )
 
         b = self.backend
         self.devices = b.devices(recipe.devices, cluster=self.cluster)  # gpu: this rank's
@@ -282,11 +294,12 @@ class Trainer:
             self.partial = EpochProgress()
             self.checkpoint_every = checkpoint_every
             self.inspect_step = parse_steps(inspect)
-            self.checkpoints: CheckpointManager | None = None
+            manager = None
             if self.out_dir is not None and b.rank == 0:
-                self.checkpoints = CheckpointManager(self.out_dir, keep=keep_checkpoints)
-            self.last_checkpoint: Path | None = None
+                manager = CheckpointManager(self.out_dir, keep=keep_checkpoints)
+            self.checkpoints = RunCheckpoints(manager, self.health, self.out_dir)
             self._stop_signal: int | None = None
+            self._stop_note = ""  # where a stop signal was honoured, when not between steps
             if resume is not None:
                 self.restore(load_checkpoint(find_checkpoint(resume), spec=self.spec))
         except BaseException:
@@ -358,22 +371,14 @@ class Trainer:
         except OSError as exc:
             if exc.filename is None and exc.errno not in OUTPUT_ERRNOS:
                 raise
-            raise OutputError(os_error_line(exc, self._resume_hint(), self.out_dir)) from exc
+            raise OutputError(
+                os_error_line(exc, self.checkpoints.resume_hint(), self.out_dir)
+            ) from exc
         finally:
             if self.watchdog is not None:
                 self.watchdog.stop()
             self.backend.shutdown_distributed()
             self._release_run_dir()
-
-    def _resume_hint(self) -> str:
-        """What to do after the output failed: free space, then resume from the last good
-        checkpoint (named), or start again if there is none."""
-        if self.last_checkpoint is None or self.out_dir is None:
-            return "Free space or fix the folder's permissions and run again (no checkpoint yet)."
-        return (
-            f"Free space or fix the permissions; the last good checkpoint is "
-            f"{self.last_checkpoint}: polytrain train --resume {self.out_dir}"
-        )
 
     @contextlib.contextmanager
     def _stop_on_signals(self) -> Iterator[None]:
@@ -399,7 +404,7 @@ class Trainer:
 
     def _fit(self) -> Summary:
         run = self.run_info()
-        hook = self.pm.hook
+        hook = self.hooks
         control = self.control
         hook.polytrain_train_start(run=run, control=control)
         start = time.perf_counter()
@@ -408,7 +413,8 @@ class Trainer:
             while self.epoch < self.recipe.epochs and not control.stop_requested:
                 record = self.train_epoch(run)
                 if record is None:
-                    stop_reason = f"interrupted by {signal.Signals(self._stop_signal or 2).name}"
+                    name = signal.Signals(self._stop_signal or 2).name
+                    stop_reason = f"interrupted by {name}{self._stop_note}"
                     break
                 self.history.append(record)
                 self.epoch += 1
@@ -419,6 +425,8 @@ class Trainer:
             if control.stop_reason is not None and stop_reason == "completed":
                 stop_reason = control.stop_reason  # a plugin's clean stop
             ended = not stop_reason.startswith("interrupted")  # completed or early stop
+            if ended and self.out_dir is None:  # no checkpoint judged the last update
+                self._judge_state(None)
             if ended and (problem := self.health.skipped_problem()):
                 raise DivergedError(
                     f"The run ended, but {problem.reason}. Use --precision bf16 or fp32, or lower "
@@ -432,7 +440,7 @@ class Trainer:
                 epochs=list(self.history),
                 seconds=time.perf_counter() - start,
                 interrupted=stop_reason.startswith("interrupted"),
-                checkpoint=str(self.last_checkpoint) if self.last_checkpoint else None,
+                checkpoint=str(self.checkpoints.last) if self.checkpoints.last else None,
                 final_step=self.global_step,
                 stop_reason=stop_reason,
                 peak_rss_mb=peak_rss_mb(),
@@ -444,7 +452,7 @@ class Trainer:
         """Train (the rest of) the current epoch and evaluate; None if a signal stopped it."""
         b, r, p = self.backend, self.recipe, self.partial
         sizes = self.loader.global_batch_sizes(self.epoch)
-        hook = self.pm.hook
+        hook = self.hooks
         b.synchronize()
         t0 = time.perf_counter()
         with self.loader.epoch(self.epoch, start_step=p.step) as batches:
@@ -504,21 +512,23 @@ class Trainer:
         b.synchronize()
         p.seconds += time.perf_counter() - t0
         self._read_metrics()
-        test_acc, test_ppl = self._evaluate(self.data.test)
-        val_acc, _ = self._evaluate(self.data.val)
+        test = self._evaluate(self.data.test, "test")
+        val = None if test and test.stop_signal else self._evaluate(self.data.val, "validation")
+        if self._evaluation_stopped(test, val):
+            return None
         train_loss = p.loss_sum / max(p.seen, 1)
         tokens = self._sequence_targets()
         return EpochRecord(
             epoch=self.epoch,
             train_loss=train_loss,
             train_accuracy=p.correct / max(p.seen, 1),
-            test_accuracy=test_acc,
-            val_accuracy=val_acc,
+            test_accuracy=test.metric if test else None,
+            val_accuracy=val.metric if val else None,
             seconds=p.seconds,
             samples_per_second=p.seen / p.seconds if p.seconds else 0.0,
             steps=p.step,
             train_perplexity=perplexity(train_loss) if tokens and r.loss_spec().plain else None,
-            test_perplexity=test_ppl,
+            test_perplexity=perplexity(test.mean_loss) if tokens and test else None,
             tokens_per_second=tokens * p.seen / p.seconds if tokens and p.seconds else None,
         )
 
@@ -527,60 +537,73 @@ class Trainer:
         y = self.data.train.y
         return int(y.shape[1]) if self.recipe.loss_spec().class_targets and y.ndim == 2 else 0
 
-    def _evaluate(self, dataset: ArrayDataset | None) -> tuple[float | None, float | None]:
-        """(the metric, the perplexity of sequence targets or None) of ``dataset``."""
+    def _evaluate(self, dataset: ArrayDataset | None, split: str) -> Evaluation | None:
+        """``dataset`` evaluated until a stop signal; a non-finite result stops the run."""
         if dataset is None:
-            return None, None
-        if not self._sequence_targets():
-            return self.evaluate(dataset), None
-        metric, mean_loss = self._evaluate_sums(dataset, tokens=True)
-        return metric, perplexity(mean_loss)
+            return None
+        found = evaluate_split(
+            self.runner, self.backend, dataset, split, tokens=bool(self._sequence_targets()),
+            stop=lambda: self._stop_signal or 0,
+            progress=lambda: self._progress(f"evaluation of epoch {self.epoch + 1}"),
+            batch_size=eval_batch_size(self.recipe.batch_size, self.backend.world_size),
+        )  # fmt: skip
+        if problem := found.problem(self.recipe.metric_spec().label):
+            self._diverged(problem, self._state())
+        return found
+
+    def _evaluation_stopped(self, *evaluations: Evaluation | None) -> bool:
+        """Whether a stop signal cut an evaluation short: then the checkpoint is saved and
+        the stop's line will say how much was evaluated."""
+        cut = next((e for e in evaluations if e is not None and e.stop_signal), None)
+        if cut is None:
+            return False
+        metric = self.recipe.metric_spec()
+        self._stop_signal = cut.stop_signal  # every process: the evaluation agreed on it
+        note = cut.partial_note(metric.label, metric.counts)
+        self._stop_note = f" during the evaluation of epoch {self.epoch + 1}: {note}"
+        self.save_checkpoint()
+        return True
 
     def _unhealthy(
         self, problem: Problem, loss: float, step: int, x: np.ndarray, *, applied: bool
-    ) -> None:
+    ) -> NoReturn:
         """Stop with the step, the reason and the last good checkpoint (see
         :mod:`polytrain.training.health`); checkpoints after it are set aside."""
         at = f"at epoch {self.epoch + 1}, step {step + 1} (global step {self.global_step + 1})"
-        kept = self._keep_last_good()
-        if not problem.non_finite:
-            raise DivergedError(
-                f"Training stopped {at}: {problem.reason}. Lower --lr or check the data; the "
-                f"thresholds are --max-loss-growth and --max-skipped. {kept}"
-            )
-        try:
-            layer = first_nonfinite(self._layer_outputs(x))
-        except PolytrainError:  # a backend without per-layer outputs
-            layer = None
-        where = (
-            f"The first layer whose output is NaN/Inf on this batch is {layer!r}."
-            if layer
-            else "Every layer's output is finite on this batch: the loss itself overflowed."
-        )
-        update = (
-            "its gradients were finite: the update was applied"
-            if applied
-            else ("the update was not applied")
-        )
+        kept = self.checkpoints.set_aside(None)
+        layer = None
+        if problem.non_finite:
+            with contextlib.suppress(PolytrainError):  # a backend without per-layer outputs
+                layer = first_nonfinite(self._layer_outputs(x))
+        line = stop_line(problem, at, kept, loss=loss, applied=applied, layer=layer)
+        raise (NonFiniteLossError if problem.non_finite else DivergedError)(line)
+
+    def _diverged(self, problem: Problem, state: dict[str, Any] | None) -> NoReturn:
+        """Stop on a state no run may resume from (its tensors or its evaluation are not
+        finite): ``state`` goes to ``checkpoints/diverged/``, ``latest`` to the last good."""
+        epoch = self.epoch + (1 if self.partial.step else 0)
+        kept = self.checkpoints.set_aside(state)
         raise NonFiniteLossError(
-            f"The loss became {loss} {at}; {update}. {where} Lower --lr, add --weight-decay, "
-            f"or check the data. {kept}"
+            f"Training stopped after global step {self.global_step} (epoch {epoch}): "
+            f"{problem.reason}. Lower --lr, add --weight-decay, or check the data. {kept}"
         )
 
-    def _keep_last_good(self) -> str:
-        """Point ``latest`` at the last good checkpoint and set newer ones aside; say so."""
-        good = self.health.good_checkpoint
-        self.last_checkpoint = good
-        if self.checkpoints is None:
-            return "Nothing was saved (no --out)."
-        moved = self.checkpoints.set_aside(good)
-        aside = f" (later ones moved to {moved[0].parent})" if moved else ""
-        if good is None:
-            return f"No checkpoint was taken before it went wrong{aside}: start again."
-        return (
-            f"The last good checkpoint is {good}, taken before it went wrong{aside}: "
-            f"polytrain train --resume {self.out_dir}"
-        )
+    def _judge_state(self, state: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Stop (:meth:`_diverged`) when the tensors of ``state`` are not finite; without
+        ``--out`` the parameters are judged. Every process calls it: they stop together."""
+        problem = None
+        if state is not None:
+            slots = (state["optimizer_state"] or {}).get("slots")
+            problem = tensor_problem(state["params"], slots)
+        elif self.out_dir is None:
+            problem = tensor_problem(self.backend.get_params(self.model))
+        if self.backend.world_size > 1:
+            (bad,) = self.backend.allreduce_numbers([float(problem is not None)])
+            if bad and problem is None:
+                problem = Problem("NaN/Inf in the state rank 0 checked", non_finite=True)
+        if problem is not None:
+            self._diverged(problem, state)
+        return state
 
     def _layer_outputs(self, x: np.ndarray) -> list[tuple[str, np.ndarray]]:
         """Per-layer outputs of replica 0 for this process's batch (eval mode, the weights
@@ -595,13 +618,22 @@ class Trainer:
         self.partial.correct += self.runner.read_metrics()
 
     def save_checkpoint(self) -> Path | None:
-        """Save the whole training state (rank 0, when there is an output directory)."""
+        """Save the whole training state (rank 0, when there is an output directory) once
+        its tensors are found finite (:meth:`_judge_state`)."""
         self._read_metrics()  # every process: the partial-epoch sums must be whole
-        if self.checkpoints is None:
+        if self.out_dir is None:
+            return None
+        state = self._judge_state(self._state())
+        path = self.checkpoints.save(state, self.global_step) if state else None
+        self._keep_marked()
+        return path
+
+    def _state(self) -> dict[str, Any] | None:
+        """What a checkpoint holds, read to the host (rank 0 with --out), else None."""
+        if self.checkpoints.manager is None:
             return None
         b = self.backend
-        self.checkpoints.protected = self.health.good_checkpoint
-        self.last_checkpoint = self.checkpoints.save(
+        return dict(
             params=b.get_params(self.model),
             optimizer_state=self.optimizer.state_dict(),
             spec=self.spec,
@@ -627,20 +659,18 @@ class Trainer:
             },
             param_dtype=self.model.dtype,
         )
-        self.health.saved(self.global_step, self.last_checkpoint)
-        self._keep_marked()
-        return self.last_checkpoint
 
     def _keep_marked(self) -> None:
         """Keep the last checkpoint under the names plugins asked for (rank 0, with --out)."""
-        if self.checkpoints is None or self.last_checkpoint is None:
+        manager, last = self.checkpoints.manager, self.checkpoints.last
+        if manager is None or last is None:
             return
         while self.control.marks:
-            self.checkpoints.keep_as(self.last_checkpoint, self.control.marks.pop(0))
+            manager.keep_as(last, self.control.marks.pop(0))
 
     def restore(self, checkpoint: Checkpoint) -> None:
         """Continue from a checkpoint written by any backend, on any device count."""
-        check_resumable(checkpoint.recipe or {}, self.recipe)
+        check_resumable(checkpoint, self.recipe)
         b = self.backend
         b.set_params(self.model, checkpoint.params)
         if checkpoint.optimizer_state is not None:
@@ -665,49 +695,22 @@ class Trainer:
             ) from exc
         self.health.load_state_dict(extra.get("health"))
         self.control.load_state_dict(extra.get("control"))
-        self.last_checkpoint = checkpoint.path
-        ours = self.checkpoints is not None and (
-            checkpoint.path.resolve().parent == self.checkpoints.directory.resolve()
-        )
-        if ours:  # the one the user resumes from counts as good
-            self.health.good_checkpoint = checkpoint.path.resolve()
+        self.checkpoints.last = checkpoint.path
+        manager = self.checkpoints.manager
+        if manager is not None and checkpoint.path.resolve().parent == manager.directory.resolve():
+            self.health.good_checkpoint = checkpoint.path.resolve()  # the one resumed is good
+        elif b.rank == 0:
+            warn(resumed_aside_warning(checkpoint.path))
 
     def evaluate(self, dataset: ArrayDataset, batch_size: int = 1000) -> float:
         """Accuracy over every sample of ``dataset``: each process takes a contiguous
         share, correct counts and sample counts are summed (no padding, no duplicates)."""
-        return self._evaluate_sums(dataset, batch_size)[0]
-
-    def _evaluate_sums(
-        self, dataset: ArrayDataset, batch_size: int = 1000, *, tokens: bool = False
-    ) -> tuple[float, float]:
-        """(the metric, the mean plain cross-entropy per sample when ``tokens``, else 0)."""
-        b = self.backend
-        n = len(dataset)
-        lo, hi = share_bounds(n, b.world_size, b.rank)
-        x, y = dataset.x, dataset.y
-        correct: float = 0
-        loss: float = 0
-        total = 0
-        for start in range(lo, hi, batch_size):
-            stop = min(start + batch_size, hi)
-            if tokens:
-                c, lsum, m = self.runner.eval_batch_tokens(x[start:stop], y[start:stop])
-                loss += lsum
-            else:
-                c, m = self.runner.eval_batch(x[start:stop], y[start:stop])
-            self._progress(f"evaluation of epoch {self.epoch + 1}")
-            correct += c
-            total += m
-        all_correct, all_loss, all_total = b.allreduce_numbers([correct, loss, total])
-        if not all_total:
-            return float("nan"), float("nan")
-        return all_correct / all_total, all_loss / all_total
+        return evaluate_split(
+            self.runner, self.backend, dataset, "test", batch_size=batch_size
+        ).metric
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-# Changing these would change the sample order or the model: a resumed run must keep them.
-RESUME_INVARIANTS = ("model", "dataset", "batch_size", "seed", "optimizer", "train_samples",
-                     "val_split", "drop_last")  # fmt: skip
 
 
 @dataclass
@@ -736,20 +739,6 @@ def register_plugin(pm: pluggy.PluginManager, plugin: object) -> None:
         pm.register(plugin)
     except (pluggy.PluginValidationError, ValueError) as exc:
         raise ConfigError(f"plugin {type(plugin).__name__}: {exc}".replace("\n", " ")) from exc
-
-
-def check_resumable(saved: dict[str, Any], recipe: Recipe) -> None:
-    """A checkpoint's recipe must agree with the new one where that changes the numbers."""
-    changed = [
-        f"{k}: checkpoint {saved[k]!r}, now {getattr(recipe, k)!r}"
-        for k in RESUME_INVARIANTS
-        if k in saved and saved[k] != getattr(recipe, k)
-    ]
-    if changed:
-        raise ConfigError(
-            "Cannot resume with a different recipe (" + "; ".join(changed) + "). Keep these "
-            "values (the checkpoint's recipe is the default on --resume), or start a new run."
-        )
 
 
 def model_spec_for(recipe: Recipe, resume: str | Path | None) -> ModelSpec:
