@@ -239,3 +239,20 @@ def test_a_run_whose_only_checkpoint_is_nan_is_told_to_start_again(
         assert "with NaN/Inf weights" in err and "--overwrite" in err, err
         assert "--resume /" not in err  # nothing to resume from
     assert train(out, "--train-samples", "32", "--overwrite") == 0
+
+
+def test_overwrite_never_deletes_an_input_of_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--data kept inside the checkpoints of the --out it overwrites: refused, kept."""
+    import numpy as np
+
+    out = tmp_path / "run"
+    assert train(out) == 0
+    data = out / "checkpoints" / "data.npz"
+    np.savez(data, x_train=np.zeros((64, 1, 28, 28), np.float32), y_train=np.arange(64) % 10)
+    capsys.readouterr()
+    assert train(out, "--overwrite", "--data", str(data)) == 2
+    err = capsys.readouterr().err
+    assert "--overwrite would delete" in err and "input given to --data" in err, err
+    assert data.exists() and (out / "metrics.jsonl").exists()

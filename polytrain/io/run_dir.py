@@ -25,6 +25,7 @@ import socket
 import sys
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -139,12 +140,14 @@ def claim_run_dir(
     *,
     resume: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
+    inputs: Mapping[str, str | os.PathLike[str] | None] | None = None,
 ) -> RunDirLock:
     """Lock ``path`` for one training run.
 
     A folder that holds another run's files (metrics, checkpoints) is refused unless
     ``resume`` names a checkpoint inside it (the same run goes on) or ``overwrite`` is set
-    (its run files are deleted once the lock is held; other files stay)."""
+    (its run files are deleted once the lock is held; other files stay). ``inputs``
+    (option -> path): a run file that is or holds one of them is never deleted."""
     folder = writable_dir(path, "--out")
     held = lock_run_dir(folder)
     try:
@@ -152,6 +155,7 @@ def claim_run_dir(
         if found and not (resume is not None and _inside(Path(resume), folder)):
             if not overwrite:
                 raise ConfigError(_refusal(folder, found, resume))
+            _keep_inputs(folder, found, inputs or {})
             for name in found:
                 target = folder / name
                 if target.is_dir():
@@ -162,6 +166,23 @@ def claim_run_dir(
         held.release()
         raise
     return held
+
+
+def _keep_inputs(
+    folder: Path, found: list[str], inputs: Mapping[str, str | os.PathLike[str] | None]
+) -> None:
+    """An OutputError when --overwrite would delete an input of this run."""
+    for name in found:
+        target = (folder / name).resolve()
+        for option, given in inputs.items():
+            if given is None:
+                continue
+            source = Path(given).resolve()
+            if source == target or target in source.parents:
+                raise OutputError(
+                    f"--overwrite would delete {folder / name}, which holds the input given to "
+                    f"{option} ({given}); move it out of {folder} or choose another --out."
+                )
 
 
 def _refusal(folder: Path, found: list[str], resume: str | os.PathLike[str] | None) -> str:

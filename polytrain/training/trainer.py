@@ -167,7 +167,12 @@ class Trainer:
             if tensorboard is not None:
                 writable_dir(tensorboard, "--tensorboard")
             if out_dir:
-                self._run_dir_lock = claim_run_dir(out_dir, resume=resume, overwrite=overwrite)
+                self._run_dir_lock = claim_run_dir(
+                    out_dir,
+                    resume=resume,
+                    overwrite=overwrite,
+                    inputs={"--data": recipe.data, "--data-dir": recipe.data_dir},
+                )
         try:
             self._build(
                 backend,
