@@ -19,7 +19,7 @@ from typing import Any
 
 from polytrain.errors import ConfigError
 from polytrain.neutral.models import MODELS, ModelSpec, get_model_spec
-from polytrain.utils.user_import import import_user_module
+from polytrain.utils.user_import import call_user, import_user_module
 
 SPEC_SUFFIXES = (".json", ".toml")
 
@@ -73,7 +73,11 @@ def spec_from_factory(ref: str) -> ModelSpec:
         if not hasattr(found, part):
             raise ConfigError(f"{module_name} has no {attr!r} (from --model {ref!r}).")
         found = getattr(found, part)
-    spec = found() if callable(found) and not isinstance(found, ModelSpec) else found
+    spec = (
+        call_user(found, f"--model {ref!r}")
+        if callable(found) and not isinstance(found, ModelSpec)
+        else found
+    )
     if not isinstance(spec, ModelSpec):
         raise ConfigError(
             f"--model {ref!r} gave a {type(spec).__name__}, not a polytrain ModelSpec "

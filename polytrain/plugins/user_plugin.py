@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from polytrain.errors import ConfigError
-from polytrain.utils.user_import import import_user_module
+from polytrain.utils.user_import import call_user, import_user_module
 
 TRAINING_HOOKS = (
     "polytrain_train_start",
@@ -29,7 +29,7 @@ def load_plugin(ref: str) -> object:
         found = getattr(found, part)
     if callable(found) and not _is_plugin(found):
         try:
-            found = found()
+            found = call_user(found, f"--plugin {ref!r}")
         except Exception as exc:
             raise ConfigError(
                 f"--plugin {ref!r}: calling {attr}() failed: {type(exc).__name__}: {exc}"

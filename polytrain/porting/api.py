@@ -19,7 +19,7 @@ from polytrain.plugins.registry import registered_model_walkers
 from polytrain.porting.match import Pair, derived_map, match_layers, ported_state
 from polytrain.porting.verify import Verification, compare_traces
 from polytrain.utils.fileio import atomic_write_bytes
-from polytrain.utils.user_import import import_user_module
+from polytrain.utils.user_import import call_user, import_user_module
 
 DEFAULT_TOLERANCE = 1e-4
 
@@ -87,7 +87,7 @@ def load_object(spec: str) -> Any:
         if not hasattr(factory, part):
             raise ConfigError(f"{module_name} has no {attr!r} (from {spec!r}).")
         factory = getattr(factory, part)
-    return factory() if callable(factory) else factory
+    return call_user(factory, repr(spec)) if callable(factory) else factory
 
 
 def walker_for(model: Any, what: str) -> ModelWalker:
