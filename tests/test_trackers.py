@@ -3,10 +3,17 @@ MLflow's own client and the csv module, and compared with the run's metrics.json
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
+import os
 import re
+import signal
+import socket
+import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +185,103 @@ def test_the_recipe_file_key_and_overwrite(tmp_path: Path) -> None:
     assert main([*argv, "--overwrite"]) == 0
     check_csv(out)
     assert not (out / "mlflow.db").exists()
+
+
+# -- a tracking store that fails or never answers ----------------------------------------
+
+
+@pytest.fixture
+def silent_server() -> Iterator[tuple[str, threading.Event]]:
+    """``http://127.0.0.1:PORT`` of a server that accepts connections and never answers,
+    and an event set at its first connection."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    connected = threading.Event()
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # the listener closed: the test is over
+            while True:
+                held.append(listener.accept()[0])
+                connected.set()
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}", connected
+    listener.close()
+    for conn in held:
+        conn.close()
+
+
+@pytest.mark.timeout(120)  # before the bounds: 8 tries with backoff, minutes
+def test_a_tracking_server_that_never_answers_turns_mlflow_off(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    silent_server: tuple[str, threading.Event],
+) -> None:
+    """MLflow's waits are bounded (the user's timeout, polytrain's retry count), then one
+    line says MLflow is off, and the run goes on and completes."""
+    uri, _ = silent_server
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1")
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    out = tmp_path / "run"
+    argv = ["train", "--backend", "numpy", *TINY, "--epochs", "1", "--out", str(out)]
+    assert main([*argv, "--log", "mlflow"]) == 0
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "polytrain: --log mlflow: starting the MLflow run failed: no answer within "
+        "MLFLOW_HTTP_REQUEST_TIMEOUT=1 s, MLFLOW_HTTP_REQUEST_MAX_RETRIES=1 "
+        f"(store {uri}); training goes on without MLflow"
+    ]
+    assert len(records(out, "epoch")) == 1
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ  # polytrain's bound, put back
+
+
+def test_sigterm_while_waiting_on_the_tracking_server(
+    tmp_path: Path, silent_server: tuple[str, threading.Event]
+) -> None:
+    """A SIGTERM ends the wait at once (even with MLflow's 120 s per request): the
+    tracker says it is off, the Trainer saves and polytrain exits 143 with its line."""
+    uri, connected = silent_server
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "MLFLOW_HTTP_REQUEST_TIMEOUT": "120"}
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "polytrain", "train", "--backend", "numpy", *TINY, "--epochs",
+           "1", "--out", str(out), "--log", "mlflow"]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    try:
+        assert connected.wait(120), "polytrain never reached the tracking server"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert err.strip().splitlines()[0] == (
+        "polytrain: --log mlflow: starting the MLflow run was stopped by SIGTERM "
+        f"(store {uri}); MLflow is off"
+    )
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith(f"polytrain train: interrupted by SIGTERM; checkpoint {out}")
+    )
+
+
+@pytest.mark.parametrize("store", ["file:{tmp}/store", "{tmp}/store"])
+def test_an_mlflow_file_store_is_one_line_before_any_work(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    store: str,
+) -> None:
+    """MLflow 3 refuses its file store with a traceback; polytrain says so in one line,
+    with the SQLite URI to use, before training."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store.format(tmp=tmp_path))
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    out = tmp_path / "run"
+    argv = ["train", "--backend", "numpy", *TINY, "--epochs", "1", "--out", str(out)]
+    assert main([*argv, "--log", "mlflow"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("polytrain train: error: MLFLOW_TRACKING_URI=") and "file store" in line
+    assert f"MLFLOW_TRACKING_URI=sqlite:///{tmp_path}/store/mlflow.db" in line, line
+    assert not (out / "metrics.jsonl").exists()

@@ -42,7 +42,10 @@ from ._layers import build, canonical, hybridize
 from ._model import MXNetModel
 from ._optim import MXNetOptimizer
 from ._parallel import DistSync
+from ._signals import release_signals
 from ._step_graphs import StepGraphs, fits_graph
+
+release_signals()  # MXNet's segfault logger, installed when libmxnet loaded
 
 
 def _engine_omp_threads() -> int:

@@ -1,4 +1,9 @@
-"""PaddlePaddle backend plugin: registers itself; paddle is imported only when built."""
+"""PaddlePaddle backend plugin: registers itself; paddle is imported only when built.
+
+Loading the plugin also arms :class:`._signals.PaddleCoreFinder`: whenever paddle is
+imported in this process (by the backend, a command or the user's code), Paddle's C++
+signal handlers are turned off as soon as Paddle installs them (docs/reliability.md,
+"polytrain owns the signals")."""
 
 from __future__ import annotations
 
@@ -10,6 +15,10 @@ from polytrain.backend.factory import backend_factory
 from polytrain.backend.model_walker import ModelWalker
 from polytrain.backend.native_format import NativeFormat
 from polytrain.distributed.launcher import Launcher
+
+from ._signals import install_core_finder
+
+install_core_finder()
 
 
 def _backend_class() -> type[Backend]:

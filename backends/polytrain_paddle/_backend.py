@@ -53,8 +53,10 @@ from ._format import PaddleFormat
 from ._layers import build, canonical_layout, unwrap
 from ._model import PaddleModel
 from ._optim import PaddleOptimizer
+from ._signals import release_signals
 
 sys.stderr.writelines(s for s in _stderr.getvalue().splitlines(True) if "OMP_NUM" not in s)
+release_signals(paddle)  # also when paddle was imported before this plugin armed its finder
 
 _NUMPY = {paddle.float32: np.float32, paddle.float64: np.float64}  # parameter dtypes
 

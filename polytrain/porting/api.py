@@ -23,6 +23,7 @@ from polytrain.porting.match import Pair, derived_map, match_layers, ported_stat
 from polytrain.porting.verify import Verification, compare_traces
 from polytrain.utils.fileio import atomic_write_bytes
 from polytrain.utils.output_paths import refuse_overwriting_inputs
+from polytrain.utils.user_code import call_user
 from polytrain.utils.user_files import read_array
 from polytrain.utils.user_import import import_user_module
 
@@ -100,7 +101,7 @@ def load_object(spec: str) -> Any:
         if not hasattr(factory, part):
             raise ConfigError(f"{module_name} has no {attr!r} (from {spec!r}).")
         factory = getattr(factory, part)
-    return factory() if callable(factory) else factory
+    return call_user(factory, repr(spec)) if callable(factory) else factory
 
 
 def walker_for(model: Any, what: str) -> ModelWalker:

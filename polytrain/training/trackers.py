@@ -5,7 +5,9 @@ training-event hooks that write on rank 0 only.
 * ``mlflow``: one MLflow run (params: the recipe; per-step and per-epoch metrics; the final
   checkpoint and the run's files as artifacts) through the ``mlflow`` package, in
   ``$MLFLOW_TRACKING_URI`` when set, else in a local SQLite store in ``--out``; a
-  ``--resume`` in the same ``--out`` continues that MLflow run.
+  ``--resume`` in the same ``--out`` continues that MLflow run. Its waits on the store are
+  bounded (:data:`MLFLOW_HTTP_BOUNDS`) and a stop signal ends them; a store that fails
+  turns the tracker off with one line, and training goes on.
 * ``tensorboard``: :class:`polytrain.training.curves.TensorBoardLogger`.
 """
 
@@ -17,7 +19,10 @@ import importlib.util
 import json
 import logging
 import os
+import sys
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterable, Iterator
 from dataclasses import fields
 from pathlib import Path
@@ -29,6 +34,7 @@ from polytrain.plugins.hookspecs import hookimpl
 from polytrain.plugins.records import EpochRecord, RunInfo, StepRecord, Summary
 from polytrain.training.curves import TensorBoardLogger
 from polytrain.utils.fileio import atomic_write_text
+from polytrain.utils.signals import StopSignalled, stop_signals_interrupt
 
 TRACKERS = ("csv", "mlflow", "tensorboard")
 MLFLOW_DB = "mlflow.db"  # the default store, in --out
@@ -40,6 +46,13 @@ TENSORBOARD_DIR = "tensorboard"  # --log tensorboard without --tensorboard DIR: 
 RUN_ARTIFACTS = (METRICS_FILE, CURVES_FILE, STEPS_CSV, EPOCHS_CSV)
 COMPARISON_FILES = ("comparison.json", "comparison.png", "comparison.html")
 METRICS_PER_BATCH = 1000  # MLflow's log_batch limit
+# MLflow's HTTP client waits 120 s per request and retries 7 times with backoff (about 4
+# minutes of backoff alone); polytrain's bounds, where the user's environment sets none:
+MLFLOW_HTTP_BOUNDS = {
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",  # seconds per request (connect, then each read)
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+}
 
 
 def tracker_names(log: str | Iterable[str] | None) -> list[str]:
@@ -169,13 +182,21 @@ class MlflowTracker:
     A resumed run (``--resume``, the same --out, store and experiment) continues the MLflow
     run that ``<out>/mlflow-run.json`` names, so its metrics stay one series: the run is
     set RUNNING again and tagged ``polytrain.resumed_at_step``; recipe values changed on
-    resume (MLflow params cannot change) are listed in ``polytrain.resume_changes``."""
+    resume (MLflow params cannot change) are listed in ``polytrain.resume_changes``.
+
+    Every exchange with the store is bounded (:func:`bounded_http`) and a SIGTERM or
+    SIGINT ends it at once (the Trainer then stops as usual); a store that fails or does
+    not answer turns the tracker off with one line on stderr, and training goes on. An
+    MLflow file store (``file:`` or a bare path), which MLflow 3 refuses, is one
+    :class:`ConfigError` line before any work."""
 
     def __init__(self, out_dir: str | Path | None) -> None:
         require("mlflow", "mlflow", "mlflow")
         self.out_dir = Path(out_dir).resolve() if out_dir else None
         self.user_uri = os.environ.get("MLFLOW_TRACKING_URI") or None
-        if self.user_uri is None:
+        if self.user_uri is not None:
+            refuse_file_store(self.user_uri)
+        else:
             if self.out_dir is None:
                 raise ConfigError(
                     "--log mlflow keeps its store in the run folder: add --out DIR, or set "
@@ -191,8 +212,33 @@ class MlflowTracker:
 
     @hookimpl
     def polytrain_train_start(self, run: RunInfo) -> None:
-        if not run.is_main:
-            return
+        if run.is_main:
+            with self._store("starting the MLflow run"):
+                self._start(run)
+
+    @contextlib.contextmanager
+    def _store(self, what: str) -> Iterator[None]:
+        """One exchange with the store: bounded, ended by a stop signal; a failure turns
+        the tracker off with one line, and training goes on."""
+        from mlflow.exceptions import MlflowException
+        from requests import RequestException  # MLflow's HTTP client
+
+        try:
+            with stop_signals_interrupt(), bounded_http():
+                yield
+        except StopSignalled as stop:
+            self._off(f"{what} was stopped by {stop}", "MLflow is off")
+        except (MlflowException, RequestException) as exc:
+            self._off(f"{what} failed: {_failure(exc)}", "training goes on without MLflow")
+
+    def _off(self, reason: str, outcome: str) -> None:
+        where = f"store {self.tracking_uri}"
+        print(
+            f"polytrain: --log mlflow: {reason} ({where}); {outcome}", file=sys.stderr, flush=True
+        )
+        self.client, self.run_id, self._pending = None, None, []
+
+    def _start(self, run: RunInfo) -> None:
         from mlflow.entities import Param, RunTag
         from mlflow.tracking import MlflowClient
 
@@ -305,7 +351,8 @@ class MlflowTracker:
         for key in EPOCH_METRICS:
             if record[key] is not None:
                 self._pending.append(Metric(key, float(record[key]), now, epoch.epoch + 1))
-        self._send()
+        with self._store("sending the epoch's metrics"):
+            self._send()
 
     def _send(self) -> None:
         while self._pending:
@@ -317,8 +364,13 @@ class MlflowTracker:
 
     @hookimpl(trylast=True)  # after the metrics file's last line
     def polytrain_train_end(self, run: RunInfo, summary: Summary) -> None:
-        if not run.is_main or self.run_id is None:
-            return
+        if run.is_main and self.run_id is not None:
+            with self._store("ending the MLflow run"):
+                self._finish(run, summary)
+
+    def _finish(self, run: RunInfo, summary: Summary) -> None:
+        """The last metrics, the run's files and checkpoint as artifacts, the status."""
+        assert self.run_id is not None
         self._send()
         out = Path(run.out_dir) if run.out_dir else None
         if out is not None:
@@ -339,6 +391,63 @@ class MlflowTracker:
         )
         self.client.set_terminated(self.run_id, status=status)
         self.run_id = None
+
+
+def refuse_file_store(uri: str) -> None:
+    """MLflow 3 refuses its file store (a ``file:`` URI or a bare path) unless
+    ``MLFLOW_ALLOW_FILE_STORE`` is set, with a traceback at the first call: one
+    :class:`ConfigError` line before any work instead, naming the SQLite URI to use."""
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme not in ("", "file"):
+        return
+    try:
+        from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE
+    except ImportError:  # an MLflow that still opens file stores
+        return
+    if MLFLOW_ALLOW_FILE_STORE.get():
+        return
+    folder = Path(urllib.request.url2pathname(parsed.path) if parsed.scheme else uri)
+    raise ConfigError(
+        f"MLFLOW_TRACKING_URI={uri} is an MLflow file store, which this MLflow no longer "
+        f"opens: use a database file, MLFLOW_TRACKING_URI=sqlite:///{folder.resolve() / MLFLOW_DB}"
+        ", or unset it to keep the store in --out."
+    )
+
+
+@contextlib.contextmanager
+def bounded_http() -> Iterator[None]:
+    """Inside, MLflow's HTTP waits have :data:`MLFLOW_HTTP_BOUNDS` where the environment
+    sets none (MLflow reads them at each request); the environment is restored after."""
+    added = [name for name in MLFLOW_HTTP_BOUNDS if name not in os.environ]
+    os.environ.update({name: MLFLOW_HTTP_BOUNDS[name] for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
+def _failure(exc: BaseException, limit: int = 300) -> str:
+    """What went wrong, short: no answer in time, a refused connection, else the first
+    line of MLflow's message."""
+    chain: list[BaseException] = []
+    cause: BaseException | None = exc
+    while cause is not None and cause not in chain:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    if any(isinstance(e, TimeoutError) for e in chain):
+        timeout, retries = (
+            os.environ.get(name, MLFLOW_HTTP_BOUNDS[name])
+            for name in ("MLFLOW_HTTP_REQUEST_TIMEOUT", "MLFLOW_HTTP_REQUEST_MAX_RETRIES")
+        )
+        return (
+            f"no answer within MLFLOW_HTTP_REQUEST_TIMEOUT={timeout} s, "
+            f"MLFLOW_HTTP_REQUEST_MAX_RETRIES={retries}"
+        )
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+        return "the connection was refused"
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from polytrain.errors import ConfigError
+from polytrain.utils.user_import import waiting_notice
 
 DEBUG_VARIABLE = "POLYTRAIN_DEBUG"
 
@@ -39,8 +40,10 @@ def call_user(func: Callable[[], Any], what: str) -> Any:
         ) from None
     except ValueError:  # a builtin without a signature: just call it
         pass
+    module = getattr(func, "__module__", None)
     try:
-        return func()
+        with waiting_notice(f"{module + '.' if module else ''}{name}() ({what})"):
+            return func()
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:
