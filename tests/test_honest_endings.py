@@ -66,10 +66,12 @@ def test_a_last_update_that_overflows_is_never_completed_nor_latest(
 def test_the_last_partial_accumulated_batch_is_judged(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "run"  # 24 samples of a batch of 32, in 4 micro-batches of 6
-    args = [*ONE_STEP, "--train-samples", "24", "--accumulate", "4", "--lr", "1e308"]
+    out = tmp_path / "run"  # 56 samples: a batch of 32, then the last one of 24 (micro-batches
+    # of 6), whose update alone overflows: the lr jumps by 1e300 after step 1
+    args = [*ONE_STEP, "--train-samples", "56", "--accumulate", "4", "--lr", "0.01",
+            "--schedule", "step:step_size=1,gamma=1e300"]  # fmt: skip
     assert main(["train", "--backend", "numpy", *args, "--out", str(out)]) == 2
-    assert "after global step 1" in one_line(capsys)
+    assert "after global step 2" in one_line(capsys)
     assert CheckpointManager(out).latest() is None
 
 
