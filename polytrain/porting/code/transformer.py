@@ -23,6 +23,8 @@ from polytrain.porting.code.report import Use
 from polytrain.porting.code.table import Entry, Framework
 
 MARKER = "# polytrain port-code: {api} not converted: {why}"
+STATEMENT = "(statement)"  # the API a statement left whole after a failure is reported as
+FAILED = "the tool failed on this statement ({error}); it is left as it was"
 NOT_IN_TABLE = "not in the mapping table yet"
 SCHEDULER_ALONE = (
     "a scheduler is converted when an optimizer is made from it in the same block, after "
@@ -57,8 +59,11 @@ class PortTransformer(cst.CSTTransformer):
         tables: Mapping[str, Framework],
         imported: Iterable[str],
         aliases: Mapping[str, str],
+        skip: Mapping[tuple[int, int], str] | None = None,
     ) -> None:
         super().__init__()
+        self.skip = dict(skip or {})  # statement position -> the error that left it whole
+        self.inside: list[tuple[int, int]] = []  # positions of the statements being visited
         self.tables = tables
         self.imported = [tables[r] for r in imported if r in tables]  # method tables in use
         self.aliases = dict(aliases)
@@ -115,6 +120,7 @@ class PortTransformer(cst.CSTTransformer):
         self.uses.append(Use(self._line(node), api))
 
     def _left(self, node: cst.CSTNode, api: str, why: str) -> None:
+        why = " ".join(why.split())  # a comment is one line: a multi-line argument joined
         self.uses.append(Use(self._line(node), api, why))
         self._markers.setdefault(self._statement(node), []).append(MARKER.format(api=api, why=why))
 
@@ -525,9 +531,39 @@ class PortTransformer(cst.CSTTransformer):
         self._done(original, found.name)
         return self._target_expr(original, entry.target)
 
+    # -- statements left whole -------------------------------------------------------------
+
+    def _position(self, node: cst.CSTNode) -> tuple[int, int]:
+        where: CodeRange = self.get_metadata(PositionProvider, node)
+        return where.start.line, where.start.column
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        """A statement the last pass failed on (``skip``) is not entered: it stays as it
+        was, under a marker; the others are tracked so a failure can name its statement."""
+        if isinstance(node, Statement):
+            at = self._position(node)
+            error = self.skip.get(at)
+            if error is not None:
+                why = FAILED.format(error=error)
+                self.uses.append(Use(at[0], STATEMENT, why))
+                self._markers.setdefault(node, []).append(MARKER.format(api=STATEMENT, why=why))
+                return False
+            self.inside.append(at)
+        return super().on_visit(node)
+
     # -- markers --------------------------------------------------------------------------
 
     def on_leave(  # type: ignore[override]
+        self, original_node: cst.CSTNode, updated_node: cst.CSTNode
+    ) -> cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]:
+        result = self._leave(original_node, updated_node)
+        if isinstance(original_node, Statement) and self.inside:
+            at = self._position(original_node)
+            if self.inside[-1] == at:  # popped only once left without an error
+                self.inside.pop()
+        return result
+
+    def _leave(
         self, original_node: cst.CSTNode, updated_node: cst.CSTNode
     ) -> cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]:
         result = super().on_leave(original_node, updated_node)
