@@ -5,6 +5,7 @@ comment naming the API and the reason."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -79,6 +80,7 @@ class PortTransformer(cst.CSTTransformer):
         self._made_by: dict[str, str] = {}  # receiver code -> the API whose call made it
         self._divisor: dict[cst.CSTNode, cst.BaseExpression] = {}  # backward call -> n
         self._paired: set[cst.CSTNode] = set()  # step calls whose argument moved
+        self._stepped_by: dict[cst.CSTNode, tuple[str, ...]] = {}  # backward -> step's makers
         self._then: dict[cst.CSTNode, str] = {}  # statement -> a statement added after it
         self._removed: set[cst.CSTNode] = set()
         self.helpers: dict[str, str] = {}  # table helpers the converted code calls: name -> code
@@ -144,16 +146,26 @@ class PortTransformer(cst.CSTTransformer):
         return cst.parse_expression(text)
 
     def _helper(self, fw: Framework, name: str) -> None:
-        """A table helper the converted code calls: defined in the file, its imports added."""
+        """A table helper the converted code calls: defined in the file with the helpers
+        its code names, their imports added."""
+        if name in self.helpers:
+            return
         self.helpers[name] = fw.helpers[name]
         if f"{fw.target_root}." in fw.helpers[name]:
             self.needs_root.add(fw.target_root)
+        self._helpers_named(fw, fw.helpers[name])
+
+    def _helpers_named(self, fw: Framework, text: str) -> None:
+        for other in fw.helpers:
+            if re.search(rf"\b{other}\b", text):
+                self._helper(fw, other)
 
     def _table_code(self, fw: Framework, text: str) -> cst.BaseExpression:
         """Code from the table (a converted value, a wrapping layer): its target names are
-        written in full."""
+        written in full, the helpers it names defined."""
         if fw.target_root in text:
             self.needs_root.add(fw.target_root)
+        self._helpers_named(fw, text)
         return cst.parse_expression(text)
 
     # -- schedulers -----------------------------------------------------------------------
@@ -271,6 +283,7 @@ class PortTransformer(cst.CSTTransformer):
             if value is None or backward is None or backward in self._divisor:
                 continue
             self._divisor[backward] = value.value
+            self._stepped_by[backward] = entry.receivers
             self._paired.add(call)
 
     def _moved(self, original: cst.CSTNode, body: Sequence[cst.BaseStatement]) -> list:
@@ -313,11 +326,34 @@ class PortTransformer(cst.CSTTransformer):
         found = self._resolve(original.func) if named else None
         if found is not None:
             return self._convert_call(original, updated, found)
-        if isinstance(original.func, cst.Attribute):
+        made = self._made_entry(original.func) if named and not original.args else None
+        if made is not None and made.called:
+            self._done(original, f"{made.source}()")
+            return cst.parse_expression(made.called.replace("$self", code(updated.func)))
+        if isinstance(original.func, cst.Attribute) and not self._foreign(original.func.value):
             entry = self._method(original.func.attr.value)
             if entry is not None:
                 return self._convert_method(original, updated, entry)
         return updated
+
+    def _made_entry(self, func: cst.BaseExpression) -> Entry | None:
+        """The entry of the API whose call made the object ``func`` names in the module."""
+        api = self._made_by.get(code(func).strip())
+        if api is None:
+            return None
+        fw = framework_of(api, self.tables)
+        return fw.entries.get(api) if fw is not None else None
+
+    def _foreign(self, receiver: cst.BaseExpression) -> bool:
+        """``receiver`` names something imported from another module than the frameworks'
+        (``math`` in ``math.exp(x)``, ``np`` in ``np.sqrt(x)``): a function of that module
+        is called, not a tensor's method."""
+        if not _dotted(receiver):
+            return False
+        none: Collection[QualifiedName] = ()
+        names = self.get_metadata(QualifiedNameProvider, receiver, none)
+        imports = [q for q in names if q.source is QualifiedNameSource.IMPORT]
+        return bool(imports) and all(framework_of(q.name, self.tables) is None for q in imports)
 
     def _convert_call(
         self, original: cst.Call, updated: cst.Call, found: Resolved
@@ -426,11 +462,6 @@ class PortTransformer(cst.CSTTransformer):
             return updated
         if entry.kind == "expression":
             return self._method_expression(original, api, converted.target, converted.imports)
-        if unpaired:  # ``gluon_backward(loss)``: the table's helper, called with the receiver
-            helper = entry.unpaired
-            self._helper(next(f for f in self.imported if helper in f.helpers), helper)
-            self._done(original, api)
-            return cst.Call(cst.Name(helper), [cst.Arg(receiver), *converted.args])
         if converted.moved and original not in self._paired:
             why = next(a.why for a in entry.args if a.moves)
             self._left(original, api, why)
@@ -438,6 +469,11 @@ class PortTransformer(cst.CSTTransformer):
         divisor = self._divisor.get(original)
         if divisor is not None and not _is_one(divisor):
             receiver = cst.parse_expression(f"({code(receiver)} / {code(divisor)})")
+        if unpaired or self._shared(original):  # ``gluon_backward(loss)``: the table's helper
+            helper = entry.unpaired
+            self._helper(next(f for f in self.imported if helper in f.helpers), helper)
+            self._done(original, api)
+            return cst.Call(cst.Name(helper), [cst.Arg(receiver), *converted.args])
         chain = cst.parse_expression(_RECEIVER + converted.target)
         func = chain.visit(_Receiver(receiver))
         self._done(original, api)
@@ -446,6 +482,15 @@ class PortTransformer(cst.CSTTransformer):
             self._then[self._statement(original)] = code(updated.func.value) + entry.then + "()"
         assert isinstance(func, cst.BaseExpression)
         return updated.with_changes(func=func, args=converted.args)
+
+    def _shared(self, backward: cst.Call) -> bool:
+        """The module makes several objects of the kind that steps after ``backward`` (two
+        Gluon Trainers: a GAN). One backward then reaches parameters another trainer
+        steps: Gluon overwrites their gradients (grad_req='write'), PyTorch would add to
+        what the other trainer's ``zero_grad()`` did not clear, so the table's helper
+        (``gluon_backward``) clears what the loss reaches first."""
+        makers = self._stepped_by.get(backward, ())
+        return sum(1 for api in self._made_by.values() if api in makers) > 1
 
     def _method_expression(
         self, original: cst.Call, api: str, text: str, imports: set[str]
@@ -531,6 +576,22 @@ class PortTransformer(cst.CSTTransformer):
         self._done(original, found.name)
         return self._target_expr(original, entry.target)
 
+    def leave_BinaryOperation(
+        self, original: cst.BinaryOperation, updated: cst.BinaryOperation
+    ) -> cst.BaseExpression:
+        """``a.parameters() + b.parameters()``: lists in the source, iterators in PyTorch."""
+        if not isinstance(updated.operator, cst.Add):
+            return updated
+        names = {m.lstrip(".") for fw in self.imported for m in fw.list_methods}
+        listed = [_call_of(side, names) for side in (updated.left, updated.right)]
+        if not any(listed):
+            return updated
+        left, right = (
+            cst.Call(cst.Name("list"), [cst.Arg(side)]) if wrap else side
+            for side, wrap in zip((updated.left, updated.right), listed, strict=True)
+        )
+        return updated.with_changes(left=left, right=right)
+
     # -- statements left whole -------------------------------------------------------------
 
     def _position(self, node: cst.CSTNode) -> tuple[int, int]:
@@ -584,6 +645,16 @@ class PortTransformer(cst.CSTTransformer):
             made = result.nodes if isinstance(result, cst.FlattenSentinel) else [result]
             self._made[original_node] = [n for n in made if isinstance(n, cst.CSTNode)]
         return result
+
+
+def _call_of(node: cst.BaseExpression, methods: Collection[str]) -> bool:
+    """``node`` is ``<x>.<one of methods>()``."""
+    return (
+        isinstance(node, cst.Call)
+        and not node.args
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in methods
+    )
 
 
 def _is_one(node: cst.BaseExpression) -> bool:
