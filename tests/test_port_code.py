@@ -108,8 +108,8 @@ def test_a_local_name_shadowing_an_import_is_not_converted() -> None:
 UNSUPPORTED = """import paddle
 import paddle.nn as nn
 
-attr = paddle.ParamAttr(name="w")
-fc = nn.Linear(3, 4, weight_attr=attr)
+attr = paddle.ParamAttr(name="w", learning_rate=0.5)
+fc = nn.Linear(3, 4, weight_attr=False)
 pool = nn.MaxPool2D(2, ceil_mode=True)
 norm = paddle.vision.transforms.Normalize(mean=[0.5], std=[0.5])
 ok = nn.ReLU()
@@ -120,8 +120,8 @@ def test_unsupported_calls_stay_as_they_were_marked_and_reported() -> None:
     result = convert_source(UNSUPPORTED, "u.py")
     lines = result.code.splitlines()
     originals = [
-        'attr = paddle.ParamAttr(name="w")',
-        "fc = nn.Linear(3, 4, weight_attr=attr)",
+        'attr = paddle.ParamAttr(name="w", learning_rate=0.5)',
+        "fc = nn.Linear(3, 4, weight_attr=False)",
         "pool = nn.MaxPool2D(2, ceil_mode=True)",
         "norm = paddle.vision.transforms.Normalize(mean=[0.5], std=[0.5])",
     ]
@@ -133,9 +133,10 @@ def test_unsupported_calls_stay_as_they_were_marked_and_reported() -> None:
         "ceil_mode Paddle's output can be one larger (rule 6); the table takes only False"
     ) in lines
     assert (
-        "# polytrain port-code: paddle.ParamAttr not converted: not in the mapping table yet"
-        in lines
-    )
+        "# polytrain port-code: paddle.ParamAttr not converted: `learning_rate=0.5`: a learning "
+        "rate of its own: put the parameter in an optimizer parameter group with the rate "
+        "scaled; the table takes only 1.0, 1"
+    ) in lines
     assert "ok = torch.nn.ReLU()" in lines
     assert (
         "import paddle" in lines and "import paddle.nn as nn" in lines and "import torch" in lines

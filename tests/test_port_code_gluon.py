@@ -16,7 +16,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from port_code_helpers import assert_close, entry_arrays, entry_seed, entry_tolerance
+from port_code_helpers import (
+    assert_close,
+    check_init,
+    entry_arrays,
+    entry_seed,
+    entry_tolerance,
+)
 
 from polytrain.porting.code import convert_source
 from polytrain.porting.code.table import Entry, all_entries
@@ -43,7 +49,7 @@ for _ in range(3):
 ENTRIES = all_entries("mxnet")
 CONVERTED = [e for e in ENTRIES if not e.unsupported]
 MARKED = [e for e in ENTRIES if e.unsupported]
-CHECKS = ("value", "forward", "layer", "nograd", "optimizer", "shape", "loaded")
+CHECKS = ("value", "forward", "layer", "nograd", "optimizer", "shape", "loaded", "init")
 
 
 def _inputs(entry: Entry, arrays: dict[str, np.ndarray], side: str) -> dict[str, Any]:
@@ -277,8 +283,26 @@ def test_gluon_mapping_computes_the_same_numbers(entry: Entry, tmp_path: Path) -
     arrays = entry_arrays(entry)
     if entry.check == "layer":
         check_layer(entry, code, arrays)
+    elif entry.check == "init":
+        check_gluon_init(entry, code)
     else:
         check_program(entry, code, arrays, tmp_path)
+
+
+def check_gluon_init(entry: Entry, code: str) -> None:
+    """The example's ``layer`` made and initialised by Gluon and, converted, by PyTorch,
+    each run once on a batch (deferred shapes): the parameters' distributions."""
+    src_ns: dict[str, Any] = {}
+    exec(HEADER + entry.example, src_ns)
+    tgt_ns: dict[str, Any] = {}
+    exec(code, tgt_ns)
+    src, tgt = src_ns["layer"], tgt_ns["layer"]
+    shape = (2, 30, 9, 9) if "Conv" in entry.example else (2, 300)
+    src(nd.zeros(shape))
+    with torch.no_grad():
+        tgt(torch.zeros(shape))
+    params = [p.data().asnumpy() for p in src.collect_params().values()]
+    check_init(entry, params, [p.detach().numpy() for p in tgt.parameters()])
 
 
 @pytest.mark.parametrize("entry", MARKED, ids=lambda e: e.source)

@@ -102,3 +102,32 @@ def test_functions_of_math_and_numpy_are_not_framework_methods() -> None:
     assert "math.exp(n) + np.sqrt(n) + x.exp() + torch.exp(x)" in result.code
     assert all(u.converted for u in result.report.uses)
     assert sorted(u.api for u in result.report.uses) == [".exp", "mxnet.nd.exp"]
+
+
+LAZY = """from mxnet import init
+from mxnet.gluon import nn
+
+net = nn.Sequential()
+net.add(nn.Dense(4, flatten=False, weight_initializer=init.Constant(0.5)),
+        nn.Dense(2, flatten=False))
+net.initialize(init.Constant(2.0))
+"""
+
+
+def test_gluon_initializers_of_lazy_layers_apply_at_the_first_call_not_over_loaded_weights() -> (
+    None
+):
+    code = convert_source(LAZY).code
+    ns: dict[str, Any] = {}
+    exec(code, ns)
+    net = ns["net"]
+    net(torch.zeros(1, 3))
+    assert torch.all(net[0].weight == 0.5) and torch.all(net[1].weight == 2.0)
+    assert torch.all(net[0].bias == 0) and torch.all(net[1].bias == 0)
+    fresh: dict[str, Any] = {}
+    exec(code, fresh)
+    loaded = {k: torch.full((4, 3) if k == "0.weight" else v.shape, 7.0)
+              for k, v in net.state_dict().items()}  # fmt: skip
+    fresh["net"].load_state_dict(loaded)
+    fresh["net"](torch.zeros(1, 3))
+    assert all(torch.all(v == 7.0) for v in fresh["net"].state_dict().values())

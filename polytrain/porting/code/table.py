@@ -23,7 +23,7 @@ TABLE_DIR = Path(__file__).parent
 ANY = "*"  # in ``drop``: any value is dropped (it does not change a number)
 ARG_KEYS = {
     "name", "to", "drop", "convert", "template", "default", "why", "wrap", "others", "edits",
-    "before", "need", "spread", "moves",
+    "before", "need", "spread", "moves", "init",
 }  # fmt: skip
 KINDS = ("call", "reference", "method", "context", "scheduler", "remove", "expression")
 
@@ -48,7 +48,10 @@ class Arg:
     ``spread``: the value is a dict display whose string keys are more keyword arguments
     of the entry (Gluon's ``optimizer_params``). A name starting with ``*`` takes every
     remaining positional argument, written as one list. ``moves``: the value leaves the
-    call for the paired statement (the batch size of Gluon's ``trainer.step``)."""
+    call for the paired statement (the batch size of Gluon's ``trainer.step``). ``init``:
+    the value (a converted initializer: a function of the tensor, or None) sets the made
+    layer's parameter of that name, through the framework's ``init_helper``; a literal
+    listed in ``convert`` is a keyword as usual (``bias_attr=False``)."""
 
     name: str
     to: str | None = ""
@@ -65,6 +68,7 @@ class Arg:
     need: str = ""
     spread: bool = False
     moves: bool = False
+    init: str = ""
 
     @property
     def packs(self) -> bool:
@@ -152,6 +156,7 @@ class Framework:
     same: Mapping[str, str] = field(default_factory=dict)
     helpers: Mapping[str, str] = field(default_factory=dict)
     list_methods: tuple[str, ...] = ()  # return a list in the source, an iterator in PyTorch
+    init_helper: str = ""  # the helper that sets a made layer's parameters (Arg.init)
 
     def canonical(self, name: str) -> str:
         """``name`` with a module synonym replaced (``mxnet.ndarray.zeros`` is
@@ -194,6 +199,7 @@ def _arg(raw: str | Mapping[str, Any], where: str) -> Arg:
         need=raw.get("need", ""),
         spread=bool(raw.get("spread", False)),
         moves=bool(raw.get("moves", False)),
+        init=raw.get("init", ""),
         why=raw.get("why", ""),
         wrap=bool(raw.get("wrap", False)),
         others=bool(raw.get("others", False)),
@@ -292,6 +298,7 @@ def load_framework(path: Path) -> Framework:
         same=dict(head.get("same", {})),
         helpers=helpers,
         list_methods=tuple(head.get("list_methods", ())),
+        init_helper=head.get("init_helper", ""),
     )
 
 
@@ -311,6 +318,7 @@ def frameworks() -> dict[str, Framework]:
                 old.sequential or fw.sequential, {**old.entries, **fw.entries},
                 {**old.methods, **fw.methods}, {**old.same, **fw.same},
                 {**old.helpers, **fw.helpers}, (*old.list_methods, *fw.list_methods),
+                old.init_helper or fw.init_helper,
             )  # fmt: skip
         merged[fw.root] = fw
     return merged

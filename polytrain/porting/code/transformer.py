@@ -19,7 +19,7 @@ from libcst.metadata import (
     QualifiedNameSource,
 )
 
-from polytrain.porting.code.arguments import NotConverted, code, convert_arguments
+from polytrain.porting.code.arguments import NO_SPACE, NotConverted, code, convert_arguments
 from polytrain.porting.code.report import Use
 from polytrain.porting.code.table import Entry, Framework
 
@@ -397,8 +397,19 @@ class PortTransformer(cst.CSTTransformer):
         )
         if entry.result:  # the output's shape, as the source's (table.Entry.result)
             call = cst.parse_expression(code(call) + entry.result)
+        if converted.inits:  # ``init_parameters(layer, weight=...)``: the table's helper
+            call = self._initialised(found.framework, call, converted.inits)
         self._done(original, api)
         return self._wrapped(found.framework, call, converted.wraps, converted.before)
+
+    def _initialised(
+        self, fw: Framework, call: cst.BaseExpression, inits: Sequence[tuple[str, str]]
+    ) -> cst.BaseExpression:
+        """The made layer passed to the framework's init helper with its initializers."""
+        values = [
+            cst.Arg(self._table_code(fw, v), keyword=cst.Name(k), equal=NO_SPACE) for k, v in inits
+        ]
+        return cst.Call(self._table_code(fw, fw.init_helper), [cst.Arg(call), *values])
 
     def _wrapped(
         self,
@@ -499,6 +510,8 @@ class PortTransformer(cst.CSTTransformer):
         self._done(original, api)
         self.needs_root.update(imports)
         self._roots_named(text)
+        for fw in self.imported:
+            self._helpers_named(fw, text)
         return cst.parse_expression(text)
 
     def _roots_named(self, written: str) -> None:
