@@ -207,7 +207,7 @@ def test_seed_tutorial_conversion_rates() -> None:
     multi = convert_source((FIXTURES / "paddle_mnist_multi.py").read_text(encoding="utf-8"))
     assert (len(multi.report.lines), len(multi.report.converted_lines)) == (18, 17)
     # the data-parallel calls convert (tests/test_port_code_fluid_multi.py runs them)
-    assert set(multi.report.unconverted) == {"paddle.batch", "paddle.dataset.mnist.test"}
+    assert set(multi.report.unconverted) == {"paddle.dataset.mnist.test"}
 
 
 def _snapshot(root: Path) -> dict[str, tuple[bytes, int]]:

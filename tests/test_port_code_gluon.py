@@ -234,9 +234,9 @@ def check_program(entry: Entry, code: str, arrays: dict[str, np.ndarray], tmp: P
     program = HEADER + entry.example + (TRAIN_LOOP if entry.check == "optimizer" else "")
     if entry.check == "value":
         with autograd.record():
-            exec(entry.stand_in or program, src_ns)
+            exec(HEADER + entry.stand_in if entry.stand_in else program, src_ns)
     else:
-        exec(entry.stand_in or program, src_ns)
+        exec(HEADER + entry.stand_in if entry.stand_in else program, src_ns)
     exec(code, tgt_ns)
     if entry.check == "loaded":
         x = np.random.default_rng(entry_seed(entry)).standard_normal((2, 3)).astype(np.float32)

@@ -567,7 +567,7 @@ FLUID_ALIASES = {k: v for k, v in FLUID.same.items() if k.startswith("paddle.flu
 
 ALIAS_CALLS = {
     "cast": "(x, 'float32')", "squeeze": "(x, [1])", "unsqueeze": "(x, [1])", "topk": "(x, 2)",
-    "logical_or": "(x, y)", "concat": "([x, y], 1)", "expand": "(x, [1, 2])",
+    "logical_or": "(x, y)", "expand": "(x, [1, 2])",
     "stack": "([x, y], 1)", "transpose": "(x, [1, 0])",
 }  # fmt: skip
 

@@ -131,3 +131,12 @@ def test_gluon_initializers_of_lazy_layers_apply_at_the_first_call_not_over_load
     fresh["net"].load_state_dict(loaded)
     fresh["net"](torch.zeros(1, 3))
     assert all(torch.all(v == 7.0) for v in fresh["net"].state_dict().values())
+
+
+def test_d2l_devices_are_the_books_on_this_machine() -> None:
+    code = convert_source("import d2lzh as d2l\none, every = d2l.try_gpu(), d2l.try_all_gpus()\n")
+    ns: dict[str, Any] = {}
+    exec(code.code, ns)
+    gpus = torch.cuda.device_count()
+    assert ns["one"] == (torch.device("cuda", 0) if gpus else torch.device("cpu"))
+    assert ns["every"] == ([torch.device("cuda", i) for i in range(gpus)] or [torch.device("cpu")])

@@ -108,6 +108,9 @@ def _bind(entry: Entry, args: Sequence[cst.Arg], api: str) -> list[_Bound]:
     packed: list[cst.Arg] = []
     pack = next((a for a in entry.args if a.packs), None)
     for i, arg in enumerate(args):
+        if arg.star == "*" and pack is not None and i >= entry.args.index(pack):
+            packed.append(arg)  # ``*parts`` into the packed list: ``[*parts]``
+            continue
         if arg.star:
             raise NotConverted(f"`{arg.star}` arguments hide their names from the table")
         if arg.keyword is None:
@@ -130,7 +133,7 @@ def _bind(entry: Entry, args: Sequence[cst.Arg], api: str) -> list[_Bound]:
             continue
         bound.append(_Bound(spec, arg, None))
     if pack is not None and packed:
-        items = [cst.Element(a.value) for a in packed]
+        items = [cst.StarredElement(a.value) if a.star else cst.Element(a.value) for a in packed]
         whole = cst.Arg(value=cst.List(items))
         bound.insert(0, _Bound(pack, whole, entry.args.index(pack)))
     return bound
@@ -298,11 +301,11 @@ def convert_arguments(
             moved[b.spec.name] = b.node.value
             continue
         new = _convert_value(b.spec, b.node, refs)
+        if new is not None and b.spec.init and not (b.spec.to and _listed(b.spec, b.node)):
+            inits.append((b.spec.init, _initializer(b.spec, b.node, new)))
+            continue
         filled[b.spec.name] = "" if new is None else new
         if new is None or entry.kind == "expression":
-            continue
-        if b.spec.init and not (b.spec.to is not None and _listed(b.spec, b.node)):
-            inits.append((b.spec.init, _initializer(b.spec, b.node, new)))
             continue
         if b.spec.name in edits:
             new = edits[b.spec.name].format(_atom(new))
@@ -320,7 +323,7 @@ def convert_arguments(
     given = {b.spec.name for b in bound}
     if entry.kind == "expression":
         code_ = _expression(entry, target, refs, filled, given)
-        return Converted(code_, [], imports=refs.imports)
+        return Converted(code_, [], imports=refs.imports, inits=inits)
     for spec in entry.args:
         if spec.name in given:
             continue
@@ -356,14 +359,14 @@ def _expression(
 ) -> str:
     """An expression entry's code: each ``$name`` the argument's converted value (its
     template applied: ``, init={}``), its table default when absent, "" when dropped."""
-    values = dict(filled)
+    values = {name.lstrip("*"): value for name, value in filled.items()}  # ``*arrays``: a list
     for spec in entry.args:
         if spec.name in given:
             continue
         if spec.need:
             raise NotConverted(f"`{spec.name}=` is not given: {spec.need}")
         if spec.default is not None:
-            values[spec.name] = spec.default
+            values[spec.name.lstrip("*")] = spec.default
     templated = {a.name for a in entry.args if a.template}
     return refs.fill_with(target, values, set(values) - templated)
 

@@ -252,7 +252,7 @@ def _check_expression(raw: Mapping[str, Any], where: str) -> None:
     """An expression entry names each argument it keeps (one left out would vanish)."""
     target = raw.get("target", "")
     for a in raw.get("args", ()):
-        name = a if isinstance(a, str) else a.get("name", "")
+        name = (a if isinstance(a, str) else a.get("name", "")).lstrip("*")
         kept = isinstance(a, str) or a.get("to", "") != "-"
         if kept and f"${name}" not in target:
             raise ConfigError(f"{where}: the expression does not use the argument `{name}`.")

@@ -387,7 +387,10 @@ class PortTransformer(cst.CSTTransformer):
         self.needs_root.update(converted.imports)
         if entry.kind == "expression":
             self._done(original, api)
-            return self._table_code(found.framework, converted.target)
+            made = self._table_code(found.framework, converted.target)
+            if converted.inits:
+                return self._initialised(found.framework, made, converted.inits)
+            return made
         new_args = converted.args
         if original in self._scheduler_of:
             first = cst.Arg(cst.Name(self._scheduler_of[original]))
