@@ -131,3 +131,29 @@ def test_two_trainers_sharing_a_graph_train_to_gluons_weights() -> None:
     exec(code, tgt)
     for a, b in zip(_weights(src), _weights(tgt), strict=True):
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-10)
+
+
+PER_DEVICE = """
+trainer = gluon.Trainer(net_d.collect_params(), 'sgd', {'learning_rate': 0.5})
+loss_fn = gloss.L2Loss()
+for _ in range(3):
+    xs = gluon.utils.split_and_load(x, [mx.cpu()])
+    with autograd.record():
+        losses = [loss_fn(net_d(part), ones) for part in xs]
+    for l in losses:
+        l.backward()
+    trainer.step(4)
+"""
+
+
+def test_a_backward_per_device_before_the_step_divides_and_zeroes() -> None:
+    """``for l in losses: l.backward()`` then ``trainer.step(n)`` (the split_and_load
+    loop): each loss divided by n, the gradients zeroed after the step, as Gluon's."""
+    src = _gan_inputs("mxnet")
+    exec(HEADER + PER_DEVICE, src)
+    code = convert_source(HEADER + PER_DEVICE).code
+    assert "(l / 4).sum().backward()" in code and "trainer.zero_grad()" in code, code
+    tgt = _gan_inputs("torch")
+    exec(code, tgt)
+    for a, b in zip(_weights(src), _weights(tgt), strict=True):
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-10)

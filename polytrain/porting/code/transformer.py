@@ -255,11 +255,18 @@ class PortTransformer(cst.CSTTransformer):
 
     def _backward_before(self, body: Sequence[cst.CSTNode], at: int) -> cst.Call | None:
         """The last ``loss.backward()`` (an entry with ``needs_pair``) before ``body[at]``,
-        in the block or at the top of a ``with`` block in it; None past another step."""
+        in the block, at the top of a ``with`` block in it, or the last statement of a
+        ``for`` loop over several losses (one per device after ``split_and_load``: PyTorch
+        adds their gradients into the one model, as the Trainer sums the devices'); None
+        past another step."""
         for stmt in reversed(body[:at]):
-            inner = list(stmt.body.body) if isinstance(stmt, cst.With) else [stmt]
-            if isinstance(stmt, cst.With) and not isinstance(stmt.body, cst.IndentedBlock):
+            inner = list(stmt.body.body) if isinstance(stmt, cst.With | cst.For) else [stmt]
+            if isinstance(stmt, cst.With | cst.For) and not isinstance(
+                stmt.body, cst.IndentedBlock
+            ):
                 inner = []
+            if isinstance(stmt, cst.For):  # ``for l in losses: l.backward()``: each one
+                inner = inner[-1:] if stmt.orelse is None else []
             for candidate in reversed(inner):
                 found = self._method_call(candidate)
                 if found is None:
