@@ -281,6 +281,7 @@ def _program(entry: Entry, code: str) -> str:
 @pytest.mark.filterwarnings("ignore:amp_guard can only be enabled:UserWarning")  # CPU: no-op
 @pytest.mark.filterwarnings("ignore:AmpScaler can only be enabled:UserWarning")
 @pytest.mark.filterwarnings("ignore:CUDA is not available:UserWarning")
+@pytest.mark.filterwarnings("ignore:To copy construct from a tensor:UserWarning")  # paddle.Model
 @pytest.mark.filterwarnings("ignore:torch.cuda.amp.GradScaler is enabled:UserWarning")
 @pytest.mark.parametrize("entry", CONVERTED, ids=lambda e: e.source)
 def test_mapping_computes_the_same_numbers(entry: Entry, tmp_path: Path) -> None:
