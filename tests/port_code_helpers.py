@@ -62,3 +62,29 @@ def assert_close(a: Any, b: Any, tol: float, what: str) -> None:
 
 def entry_tolerance(entry: Entry) -> float:
     return entry.tolerance if entry.tolerance is not None else FP64
+
+
+def assert_same_distribution(a: Any, b: Any, what: str) -> None:
+    """Two parameters drawn by one initializer in two frameworks: equal where constant,
+    else the same quantiles (1 %, 10 %, 50 %, 90 %, 99 %) within 5 % of their spread (the
+    examples draw tens of thousands of values; other initializers differ by far more)."""
+    a, b = np.ravel(np.asarray(a, dtype=np.float64)), np.ravel(np.asarray(b, dtype=np.float64))
+    assert a.size == b.size, f"{what}: {a.size} vs {b.size} values"
+    if np.ptp(a) == 0 or np.ptp(b) == 0:
+        assert np.array_equal(a, b), f"{what}: constant {a[:3]} vs {b[:3]}"
+        return
+    levels = [0.01, 0.1, 0.5, 0.9, 0.99]
+    qa, qb = np.quantile(a, levels), np.quantile(b, levels)
+    spread = qa[-1] - qa[0]
+    assert np.all(np.abs(qa - qb) <= 0.05 * spread), f"{what}: quantiles {qa} vs {qb}"
+
+
+def check_init(entry: Entry, source: list[Any], converted: list[Any]) -> None:
+    """The source layer's and the converted layer's parameters, in order (as numpy
+    arrays), of the same distributions; those named in ``differs`` (the frameworks' own
+    defaults, which differ) are skipped."""
+    assert len(source) == len(converted), f"{entry.source}: {len(source)} vs {len(converted)}"
+    roles = ["weight", "bias", *[f"p{i}" for i in range(2, len(source))]]
+    for role, a, b in zip(roles, source, converted, strict=False):
+        if role not in entry.differs:
+            assert_same_distribution(a, b, f"{entry.source} {role}")

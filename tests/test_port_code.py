@@ -108,10 +108,10 @@ def test_a_local_name_shadowing_an_import_is_not_converted() -> None:
 UNSUPPORTED = """import paddle
 import paddle.nn as nn
 
-attr = paddle.ParamAttr(name="w")
-fc = nn.Linear(3, 4, weight_attr=attr)
+attr = paddle.ParamAttr(name="w", learning_rate=0.5)
+fc = nn.Linear(3, 4, weight_attr=False)
 pool = nn.MaxPool2D(2, ceil_mode=True)
-norm = paddle.vision.transforms.Normalize(mean=[0.5], std=[0.5])
+norm = paddle.vision.transforms.Resize(32)
 ok = nn.ReLU()
 """
 
@@ -120,10 +120,10 @@ def test_unsupported_calls_stay_as_they_were_marked_and_reported() -> None:
     result = convert_source(UNSUPPORTED, "u.py")
     lines = result.code.splitlines()
     originals = [
-        'attr = paddle.ParamAttr(name="w")',
-        "fc = nn.Linear(3, 4, weight_attr=attr)",
+        'attr = paddle.ParamAttr(name="w", learning_rate=0.5)',
+        "fc = nn.Linear(3, 4, weight_attr=False)",
         "pool = nn.MaxPool2D(2, ceil_mode=True)",
-        "norm = paddle.vision.transforms.Normalize(mean=[0.5], std=[0.5])",
+        "norm = paddle.vision.transforms.Resize(32)",
     ]
     for original in originals:
         at = lines.index(original)  # unchanged, character for character
@@ -133,9 +133,10 @@ def test_unsupported_calls_stay_as_they_were_marked_and_reported() -> None:
         "ceil_mode Paddle's output can be one larger (rule 6); the table takes only False"
     ) in lines
     assert (
-        "# polytrain port-code: paddle.ParamAttr not converted: not in the mapping table yet"
-        in lines
-    )
+        "# polytrain port-code: paddle.ParamAttr not converted: `learning_rate=0.5`: a learning "
+        "rate of its own: put the parameter in an optimizer parameter group with the rate "
+        "scaled; the table takes only 1.0, 1"
+    ) in lines
     assert "ok = torch.nn.ReLU()" in lines
     assert (
         "import paddle" in lines and "import paddle.nn as nn" in lines and "import torch" in lines
@@ -143,7 +144,7 @@ def test_unsupported_calls_stay_as_they_were_marked_and_reported() -> None:
     report = result.report
     assert dict(report.unconverted) == {
         "paddle.ParamAttr": 1, "paddle.nn.Linear": 1, "paddle.nn.MaxPool2D": 1,
-        "paddle.vision.transforms.Normalize": 1,
+        "paddle.vision.transforms.Resize": 1,
     }  # fmt: skip
     assert (len(report.lines), len(report.converted_lines)) == (5, 1)
     assert report.to_dict()["rate"] == 0.2
@@ -206,7 +207,7 @@ def test_seed_tutorial_conversion_rates() -> None:
     multi = convert_source((FIXTURES / "paddle_mnist_multi.py").read_text(encoding="utf-8"))
     assert (len(multi.report.lines), len(multi.report.converted_lines)) == (18, 17)
     # the data-parallel calls convert (tests/test_port_code_fluid_multi.py runs them)
-    assert set(multi.report.unconverted) == {"paddle.batch", "paddle.dataset.mnist.test"}
+    assert set(multi.report.unconverted) == {"paddle.dataset.mnist.test"}
 
 
 def _snapshot(root: Path) -> dict[str, tuple[bytes, int]]:

@@ -9,6 +9,7 @@ are tiny, so the whole suite takes seconds."""
 from __future__ import annotations
 
 import contextlib
+import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from port_code_helpers import assert_close, entry_arrays, entry_seed, entry_tolerance
+from port_code_helpers import (
+    assert_close,
+    check_init,
+    entry_arrays,
+    entry_seed,
+    entry_tolerance,
+)
 
 from polytrain.porting.code import convert_source
 from polytrain.porting.code.table import Entry, all_entries
@@ -32,6 +39,7 @@ HEADER = (
     "from mxnet import autograd, gluon, init, nd\n"
     "from mxnet.gluon import nn\n"
     "from mxnet.gluon import loss as gloss\n"
+    "from mxnet.gluon import rnn\n"
 )
 TRAIN_LOOP = """
 for _ in range(3):
@@ -43,7 +51,8 @@ for _ in range(3):
 ENTRIES = all_entries("mxnet")
 CONVERTED = [e for e in ENTRIES if not e.unsupported]
 MARKED = [e for e in ENTRIES if e.unsupported]
-CHECKS = ("value", "forward", "layer", "nograd", "optimizer", "shape", "loaded")
+CHECKS = ("value", "forward", "layer", "nograd", "optimizer", "shape", "loaded", "init",
+          "gluon_recurrent")  # fmt: skip
 
 
 def _inputs(entry: Entry, arrays: dict[str, np.ndarray], side: str) -> dict[str, Any]:
@@ -228,9 +237,9 @@ def check_program(entry: Entry, code: str, arrays: dict[str, np.ndarray], tmp: P
     program = HEADER + entry.example + (TRAIN_LOOP if entry.check == "optimizer" else "")
     if entry.check == "value":
         with autograd.record():
-            exec(entry.stand_in or program, src_ns)
+            exec(HEADER + entry.stand_in if entry.stand_in else program, src_ns)
     else:
-        exec(entry.stand_in or program, src_ns)
+        exec(HEADER + entry.stand_in if entry.stand_in else program, src_ns)
     exec(code, tgt_ns)
     if entry.check == "loaded":
         x = np.random.default_rng(entry_seed(entry)).standard_normal((2, 3)).astype(np.float32)
@@ -277,8 +286,65 @@ def test_gluon_mapping_computes_the_same_numbers(entry: Entry, tmp_path: Path) -
     arrays = entry_arrays(entry)
     if entry.check == "layer":
         check_layer(entry, code, arrays)
+    elif entry.check == "init":
+        check_gluon_init(entry, code)
+    elif entry.check == "gluon_recurrent":
+        check_gluon_recurrent(entry, code)
     else:
         check_program(entry, code, arrays, tmp_path)
+
+
+def _torch_name(gluon_name: str) -> str:
+    """``lstm0_r1_i2h_weight`` -> ``weight_ih_l1_reverse``."""
+    found = re.search(r"([lr])(\d+)_(i2h|h2h)_(weight|bias)$", gluon_name)
+    assert found, gluon_name
+    side, layer, kind, role = found.groups()
+    return f"{role}_{kind[0]}{kind[2]}_l{layer}" + ("_reverse" if side == "r" else "")
+
+
+def check_gluon_recurrent(entry: Entry, code: str) -> None:
+    """The example's Gluon recurrent ``layer`` and the converted one with the same weights
+    (float64): the output called without states, and (output, states) called with
+    Gluon's begin_state plus 0.5, as Gluon returns them."""
+    src_ns: dict[str, Any] = {}
+    exec(HEADER + entry.example, src_ns)
+    src = src_ns["layer"]
+    src.initialize(mx.init.Normal(0.5))
+    src.cast("float64")
+    tgt_ns: dict[str, Any] = {}
+    exec(code, tgt_ns)
+    tgt = tgt_ns["layer"].double()
+    with torch.no_grad():
+        for name, p in src.collect_params().items():
+            tgt.get_parameter(_torch_name(name)).copy_(torch.tensor(p.data().asnumpy()))
+    shape = (2, 5, 3) if "'NTC'" in entry.example else (5, 2, 3)
+    x = np.random.default_rng(entry_seed(entry)).standard_normal(shape)
+    out_s, out_t = src(nd.array(x, dtype="float64")), tgt(torch.tensor(x))
+    tol = entry_tolerance(entry)
+    assert_close(_numpy(out_s), _numpy(out_t), tol, f"{entry.source} output")
+    states_s = [s + 0.5 for s in src.begin_state(batch_size=2, dtype="float64")]
+    states_t = [s + 0.5 for s in tgt.begin_state(batch_size=2, dtype=torch.float64)]
+    out_s, new_s = src(nd.array(x, dtype="float64"), states_s)
+    out_t, new_t = tgt(torch.tensor(x), states_t)
+    assert isinstance(new_t, list) and len(new_t) == len(new_s)
+    assert_close([_numpy(o) for o in [out_s, *new_s]], [_numpy(o) for o in [out_t, *new_t]],
+                 tol, f"{entry.source} output and states")  # fmt: skip
+
+
+def check_gluon_init(entry: Entry, code: str) -> None:
+    """The example's ``layer`` made and initialised by Gluon and, converted, by PyTorch,
+    each run once on a batch (deferred shapes): the parameters' distributions."""
+    src_ns: dict[str, Any] = {}
+    exec(HEADER + entry.example, src_ns)
+    tgt_ns: dict[str, Any] = {}
+    exec(code, tgt_ns)
+    src, tgt = src_ns["layer"], tgt_ns["layer"]
+    shape = (2, 30, 9, 9) if "Conv" in entry.example else (2, 300)
+    src(nd.zeros(shape))
+    with torch.no_grad():
+        tgt(torch.zeros(shape))
+    params = [p.data().asnumpy() for p in src.collect_params().values()]
+    check_init(entry, params, [p.detach().numpy() for p in tgt.parameters()])
 
 
 @pytest.mark.parametrize("entry", MARKED, ids=lambda e: e.source)

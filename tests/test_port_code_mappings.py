@@ -15,7 +15,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from port_code_helpers import FP64, assert_close, entry_arrays, entry_seed, entry_tolerance
+from port_code_helpers import (
+    FP64,
+    assert_close,
+    check_init,
+    entry_arrays,
+    entry_seed,
+    entry_tolerance,
+)
 
 from polytrain.porting.code import convert_source
 from polytrain.porting.code.table import TABLE_DIR, Entry, all_entries, load_framework
@@ -206,6 +213,18 @@ def _check_states(entry: Entry, a: dict[str, np.ndarray], b: dict[str, np.ndarra
             assert_close(a[key], b[key], tol, f"{entry.source} state {key}")
 
 
+def check_paddle_init(entry: Entry, code: str) -> None:
+    """The example's ``layer`` made by Paddle and, converted, by PyTorch: the parameters'
+    distributions (an initializer's entry)."""
+    src_ns: dict[str, Any] = {"paddle": paddle, "nn": paddle.nn}
+    exec("import paddle\nimport paddle.nn as nn\n" + (entry.stand_in or entry.example), src_ns)
+    tgt_ns: dict[str, Any] = {}
+    exec(code, tgt_ns)
+    src = [p.numpy() for p in src_ns["layer"].parameters()]
+    tgt = [p.detach().numpy() for p in tgt_ns["layer"].parameters()]
+    check_init(entry, src, tgt)
+
+
 def _net_pair() -> tuple[Any, Any, list[Any]]:
     with _float64():
         src = paddle.nn.Linear(3, 2)
@@ -262,6 +281,7 @@ def _program(entry: Entry, code: str) -> str:
 @pytest.mark.filterwarnings("ignore:amp_guard can only be enabled:UserWarning")  # CPU: no-op
 @pytest.mark.filterwarnings("ignore:AmpScaler can only be enabled:UserWarning")
 @pytest.mark.filterwarnings("ignore:CUDA is not available:UserWarning")
+@pytest.mark.filterwarnings("ignore:To copy construct from a tensor:UserWarning")  # paddle.Model
 @pytest.mark.filterwarnings("ignore:torch.cuda.amp.GradScaler is enabled:UserWarning")
 @pytest.mark.parametrize("entry", CONVERTED, ids=lambda e: e.source)
 def test_mapping_computes_the_same_numbers(entry: Entry, tmp_path: Path) -> None:
@@ -270,6 +290,8 @@ def test_mapping_computes_the_same_numbers(entry: Entry, tmp_path: Path) -> None
     arrays = entry_arrays(entry)
     if entry.check == "layer":
         check_layer(entry, code, arrays)
+    elif entry.check == "init":
+        check_paddle_init(entry, code)
     elif entry.check == "recurrent":
         check_recurrent(entry.example, code, arrays["x"])
     else:
@@ -285,14 +307,17 @@ def test_known_but_unsupported_api_stays_marked(entry: Entry) -> None:
     assert [u.api for u in result.report.uses if not u.converted] == [entry.source]
 
 
+CHECKS = ("value", "layer", "nograd", "net", "optimizer", "scheduler", "shape", "recurrent",
+          "distributed", "init")  # fmt: skip
+
+
 def test_every_entry_has_an_example_and_inputs_it_needs() -> None:
     paddle3 = load_framework(TABLE_DIR / "paddle.toml")  # issue 18: 200 Paddle 3.x APIs
     paddle3_entries = (*paddle3.entries.values(), *paddle3.methods.values())
     assert sum(not e.unsupported for e in paddle3_entries) >= 200
     for entry in ENTRIES:
         assert entry.example, entry.source
-        assert entry.check in ("value", "layer", "nograd", "net", "optimizer", "scheduler",
-                               "shape", "recurrent", "distributed"), entry.source  # fmt: skip
+        assert entry.check in CHECKS, entry.source
         if entry.check == "layer":
             assert entry.inputs, entry.source
 
@@ -535,3 +560,25 @@ def test_a_naive_one_cycle_mapping_computes_other_rates(tmp_path: Path) -> None:
 def test_get_lr_of_a_receiver_not_made_here_is_marked() -> None:
     reason = _marked("def rate(sched):\n    return sched.get_lr()\n", ".get_lr")
     assert "get_last_lr" in reason
+
+
+FLUID = load_framework(TABLE_DIR / "paddle_fluid.toml")
+FLUID_ALIASES = {k: v for k, v in FLUID.same.items() if k.startswith("paddle.fluid.layers.")}
+
+
+ALIAS_CALLS = {
+    "cast": "(x, 'float32')", "squeeze": "(x, [1])", "unsqueeze": "(x, [1])", "topk": "(x, 2)",
+    "logical_or": "(x, y)", "expand": "(x, [1, 2])",
+    "stack": "([x, y], 1)", "transpose": "(x, [1, 0])",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("alias, target", FLUID_ALIASES.items())
+def test_a_fluid_alias_converts_as_its_paddle_3_function(alias: str, target: str) -> None:
+    """fluid 1.8 functions whose parameters are those of a Paddle 3 function (in order) are
+    that function's synonyms: converted alike, its entry's numbers proven above."""
+    call = ALIAS_CALLS.get(alias.rsplit(".", 1)[1], "(x)") + "\n"
+    fluid = convert_source(HEADER + "out = " + alias.replace("paddle.fluid", "fluid") + call)
+    paddle3 = convert_source(HEADER + "out = " + target + call)
+    assert fluid.code == paddle3.code
+    assert [(u.api, u.converted) for u in fluid.report.uses] == [(target, True)]

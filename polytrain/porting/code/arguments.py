@@ -64,7 +64,8 @@ def _atom(text: str) -> str:
     except cst.ParserSyntaxError:
         return f"({text})"
     simple = (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.Attribute, cst.Call)
-    return text if isinstance(node, simple) else f"({text})"
+    signed = isinstance(node, cst.UnaryOperation) and isinstance(node.expression, simple[1:3])
+    return text if isinstance(node, simple) or signed else f"({text})"
 
 
 @dataclass
@@ -77,6 +78,7 @@ class Converted:
     before: list[str] = field(default_factory=list)
     moved: dict[str, cst.BaseExpression] = field(default_factory=dict)
     imports: set[str] = field(default_factory=set)  # STDLIB modules the table code names
+    inits: list[tuple[str, str]] = field(default_factory=list)  # parameter -> initializer
 
 
 @dataclass
@@ -106,6 +108,9 @@ def _bind(entry: Entry, args: Sequence[cst.Arg], api: str) -> list[_Bound]:
     packed: list[cst.Arg] = []
     pack = next((a for a in entry.args if a.packs), None)
     for i, arg in enumerate(args):
+        if arg.star == "*" and pack is not None and i >= entry.args.index(pack):
+            packed.append(arg)  # ``*parts`` into the packed list: ``[*parts]``
+            continue
         if arg.star:
             raise NotConverted(f"`{arg.star}` arguments hide their names from the table")
         if arg.keyword is None:
@@ -128,7 +133,7 @@ def _bind(entry: Entry, args: Sequence[cst.Arg], api: str) -> list[_Bound]:
             continue
         bound.append(_Bound(spec, arg, None))
     if pack is not None and packed:
-        items = [cst.Element(a.value) for a in packed]
+        items = [cst.StarredElement(a.value) if a.star else cst.Element(a.value) for a in packed]
         whole = cst.Arg(value=cst.List(items))
         bound.insert(0, _Bound(pack, whole, entry.args.index(pack)))
     return bound
@@ -203,17 +208,34 @@ class _Refs:
     given: Mapping[str, str]
     imports: set[str] = field(default_factory=set)
 
+    def fill_with(self, table_code: str, values: Mapping[str, str], atoms: set[str]) -> str:
+        """``table_code`` with ``$name`` from ``values`` (in parentheses where needed, for
+        the names in ``atoms``), else as ``fill`` finds them."""
+        given, self.given = self.given, {**self.given, **values}
+        try:
+            template = string.Template(table_code)
+            out = {n: (_atom(v) if n in atoms and v else v) for n, v in values.items()}
+            for name in template.get_identifiers():
+                if name not in out:
+                    out[name] = self._value_of(name)
+            self.imports.update(m for m in STDLIB if re.search(rf"\b{m}\.", table_code))
+            return template.substitute(out)
+        finally:
+            self.given = given
+
+    def _value_of(self, name: str) -> str:
+        spec = self.entry.arg(name)
+        found = self.given.get(name, spec.default if spec is not None else None)
+        if found is None:
+            raise NotConverted(f"`{name}=` is not given: the conversion needs its value")
+        return _atom(found)
+
     def fill(self, table_code: str, value: str = "") -> str:
         template = string.Template(table_code)
         values = {"__value__": value}
         for name in template.get_identifiers():
-            if name in values:
-                continue
-            spec = self.entry.arg(name)
-            found = self.given.get(name, spec.default if spec is not None else None)
-            if found is None:
-                raise NotConverted(f"`{name}=` is not given: the conversion needs its value")
-            values[name] = _atom(found)
+            if name not in values:
+                values[name] = self._value_of(name)
         self.imports.update(m for m in STDLIB if re.search(rf"\b{m}\.", table_code))
         return template.substitute(values)
 
@@ -267,6 +289,8 @@ def convert_arguments(
     wraps: list[str] = []
     before: list[str] = []
     moved: dict[str, cst.BaseExpression] = {}
+    inits: list[tuple[str, str]] = []
+    filled: dict[str, str] = {}  # source argument -> its converted code ("" dropped)
     edits = _edits(bound, api)
     values = {b.spec.name: code(b.node.value).strip() for b in bound}
     refs = _Refs(entry, {**values, **({"self": receiver} if receiver is not None else {})})
@@ -277,7 +301,11 @@ def convert_arguments(
             moved[b.spec.name] = b.node.value
             continue
         new = _convert_value(b.spec, b.node, refs)
-        if new is None:
+        if new is not None and b.spec.init and not (b.spec.to and _listed(b.spec, b.node)):
+            inits.append((b.spec.init, _initializer(b.spec, b.node, new)))
+            continue
+        filled[b.spec.name] = "" if new is None else new
+        if new is None or entry.kind == "expression":
             continue
         if b.spec.name in edits:
             new = edits[b.spec.name].format(_atom(new))
@@ -293,6 +321,9 @@ def convert_arguments(
         assert name is not None
         emitted.append((name.lstrip("*"), value, b))
     given = {b.spec.name for b in bound}
+    if entry.kind == "expression":
+        code_ = _expression(entry, target, refs, filled, given)
+        return Converted(code_, [], imports=refs.imports, inits=inits)
     for spec in entry.args:
         if spec.name in given:
             continue
@@ -303,11 +334,41 @@ def convert_arguments(
             before.append(default)
         elif default is not None and spec.target_name:
             emitted.append((spec.target_name, cst.parse_expression(refs.fill(default)), None))
-    if entry.kind == "expression":
-        return Converted(refs.fill(target), [], imports=refs.imports)
     emitted = _tuples(entry, emitted)
     laid = _layout(entry, emitted, args)
-    return Converted(target, laid, wraps, before, moved, refs.imports)
+    return Converted(target, laid, wraps, before, moved, refs.imports, inits)
+
+
+def _initializer(spec: Arg, node: cst.Arg, new: str) -> str:
+    """An ``init`` argument's converted value: a literal the table does not convert is no
+    initializer (``weight_attr=False``: no affine, not converted)."""
+    if _value(node.value)[0] and not _listed(spec, node):
+        why = spec.why or "not an initializer the table converts"
+        raise NotConverted(f"`{spec.name}={code(node.value).strip()}`: {why}")
+    return new
+
+
+def _listed(spec: Arg, node: cst.Arg) -> bool:
+    """The value is a literal the entry's ``convert`` lists (``bias_attr=False``)."""
+    is_literal, value = _value(node.value)
+    return is_literal and any(_same(value, literal(k)) for k in spec.convert)
+
+
+def _expression(
+    entry: Entry, target: str, refs: _Refs, filled: dict[str, str], given: set[str]
+) -> str:
+    """An expression entry's code: each ``$name`` the argument's converted value (its
+    template applied: ``, init={}``), its table default when absent, "" when dropped."""
+    values = {name.lstrip("*"): value for name, value in filled.items()}  # ``*arrays``: a list
+    for spec in entry.args:
+        if spec.name in given:
+            continue
+        if spec.need:
+            raise NotConverted(f"`{spec.name}=` is not given: {spec.need}")
+        if spec.default is not None:
+            values[spec.name.lstrip("*")] = spec.default
+    templated = {a.name for a in entry.args if a.template}
+    return refs.fill_with(target, values, set(values) - templated)
 
 
 def _tuples(

@@ -39,7 +39,7 @@ def _arg(a: Arg) -> str:
         parts.append(f"`{a.name}`: {pairs}")
     for key, (other, template) in a.edits.items():
         parts.append(f"`{a.name}={key}`: `{other}` -> `{template.format(other)}`")
-    if a.default is not None and target and not a.before:
+    if a.default and target and not a.before:  # "": nothing written when absent
         parts.append(f"`{target}={a.default}` written when absent")
     for where, value in a.default_for.items():
         parts.append(f"`{target}={value}` written when absent for `{where}`")

@@ -23,7 +23,7 @@ TABLE_DIR = Path(__file__).parent
 ANY = "*"  # in ``drop``: any value is dropped (it does not change a number)
 ARG_KEYS = {
     "name", "to", "drop", "convert", "template", "default", "why", "wrap", "others", "edits",
-    "before", "need", "spread", "moves",
+    "before", "need", "spread", "moves", "init",
 }  # fmt: skip
 KINDS = ("call", "reference", "method", "context", "scheduler", "remove", "expression")
 
@@ -48,7 +48,10 @@ class Arg:
     ``spread``: the value is a dict display whose string keys are more keyword arguments
     of the entry (Gluon's ``optimizer_params``). A name starting with ``*`` takes every
     remaining positional argument, written as one list. ``moves``: the value leaves the
-    call for the paired statement (the batch size of Gluon's ``trainer.step``)."""
+    call for the paired statement (the batch size of Gluon's ``trainer.step``). ``init``:
+    the value (a converted initializer: a function of the tensor, or None) sets the made
+    layer's parameter of that name, through the framework's ``init_helper``; a literal
+    listed in ``convert`` is a keyword as usual (``bias_attr=False``)."""
 
     name: str
     to: str | None = ""
@@ -65,6 +68,7 @@ class Arg:
     need: str = ""
     spread: bool = False
     moves: bool = False
+    init: str = ""
 
     @property
     def packs(self) -> bool:
@@ -96,7 +100,10 @@ class Entry:
     (``gluon_backward(loss)``); the helper is then defined in the converted file.
     ``kind = "expression"``: the use becomes ``target`` itself, code in which ``$name`` is
     the argument's value (its ``default`` when absent) and ``$self`` a method's receiver
-    (``$loss / torch.distributed.get_world_size()``); every argument kept must appear."""
+    (``$loss / torch.distributed.get_world_size()``); every argument kept must appear.
+    ``called``: what a call without arguments of an object this API made in the module
+    becomes, ``$self`` being the object (Paddle's loaders are called, ``loader()``, where
+    PyTorch's are iterated: ``$self``)."""
 
     source: str
     target: str
@@ -119,6 +126,7 @@ class Entry:
     needs_pair: str = ""
     result: str = ""
     unpaired: str = ""
+    called: str = ""
 
     @property
     def is_method(self) -> bool:
@@ -132,8 +140,11 @@ class Entry:
 class Framework:
     """A source framework's table: its import root, the target's, the module equivalents
     (an alias of a source module becomes an alias of its target module), what a wrapped
-    layer is wrapped in, and the entries by source name. ``helpers``: functions (name ->
-    their code) a converted use may call; each one used is defined in the converted file."""
+    layer is wrapped in, and the entries by source name. ``helpers``: functions or classes
+    (name -> their code) a converted use may call; each one used is defined in the converted
+    file, with the helpers its code names. ``list_methods``: methods whose result is a list
+    in the source and an iterator in PyTorch (``.parameters``): ``a + b`` of them is
+    written ``list(a) + list(b)``."""
 
     name: str
     root: str
@@ -144,6 +155,8 @@ class Framework:
     methods: Mapping[str, Entry]
     same: Mapping[str, str] = field(default_factory=dict)
     helpers: Mapping[str, str] = field(default_factory=dict)
+    list_methods: tuple[str, ...] = ()  # return a list in the source, an iterator in PyTorch
+    init_helper: str = ""  # the helper that sets a made layer's parameters (Arg.init)
 
     def canonical(self, name: str) -> str:
         """``name`` with a module synonym replaced (``mxnet.ndarray.zeros`` is
@@ -186,6 +199,7 @@ def _arg(raw: str | Mapping[str, Any], where: str) -> Arg:
         need=raw.get("need", ""),
         spread=bool(raw.get("spread", False)),
         moves=bool(raw.get("moves", False)),
+        init=raw.get("init", ""),
         why=raw.get("why", ""),
         wrap=bool(raw.get("wrap", False)),
         others=bool(raw.get("others", False)),
@@ -230,6 +244,7 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
         needs_pair=raw.get("needs_pair", ""),
         result=raw.get("result", ""),
         unpaired=raw.get("unpaired", ""),
+        called=raw.get("called", ""),
     )
 
 
@@ -237,22 +252,22 @@ def _check_expression(raw: Mapping[str, Any], where: str) -> None:
     """An expression entry names each argument it keeps (one left out would vanish)."""
     target = raw.get("target", "")
     for a in raw.get("args", ()):
-        name = a if isinstance(a, str) else a.get("name", "")
+        name = (a if isinstance(a, str) else a.get("name", "")).lstrip("*")
         kept = isinstance(a, str) or a.get("to", "") != "-"
         if kept and f"${name}" not in target:
             raise ConfigError(f"{where}: the expression does not use the argument `{name}`.")
 
 
 def _helpers(raw: Mapping[str, str], where: str) -> dict[str, str]:
-    """``[framework.helpers]``: each is the code of one function of that name."""
+    """``[framework.helpers]``: each is the code of one function or class of that name."""
     for name, text in raw.items():
         try:
             tree = ast.parse(text)
         except SyntaxError as exc:
             raise ConfigError(f"{where}: helper {name} does not parse ({exc.msg}).") from exc
-        defs = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+        defs = [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)]
         if defs != [name] or len(tree.body) != 1:
-            raise ConfigError(f"{where}: helper {name} must be one function named {name}.")
+            raise ConfigError(f"{where}: helper {name} must be one function or class {name}.")
     return dict(raw)
 
 
@@ -282,6 +297,8 @@ def load_framework(path: Path) -> Framework:
         methods=methods,
         same=dict(head.get("same", {})),
         helpers=helpers,
+        list_methods=tuple(head.get("list_methods", ())),
+        init_helper=head.get("init_helper", ""),
     )
 
 
@@ -300,7 +317,8 @@ def frameworks() -> dict[str, Framework]:
                 old.name, old.root, old.target_root, {**old.modules, **fw.modules},
                 old.sequential or fw.sequential, {**old.entries, **fw.entries},
                 {**old.methods, **fw.methods}, {**old.same, **fw.same},
-                {**old.helpers, **fw.helpers},
+                {**old.helpers, **fw.helpers}, (*old.list_methods, *fw.list_methods),
+                old.init_helper or fw.init_helper,
             )  # fmt: skip
         merged[fw.root] = fw
     return merged

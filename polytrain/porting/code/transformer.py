@@ -5,6 +5,7 @@ comment naming the API and the reason."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -18,11 +19,13 @@ from libcst.metadata import (
     QualifiedNameSource,
 )
 
-from polytrain.porting.code.arguments import NotConverted, code, convert_arguments
+from polytrain.porting.code.arguments import NO_SPACE, NotConverted, code, convert_arguments
 from polytrain.porting.code.report import Use
 from polytrain.porting.code.table import Entry, Framework
 
 MARKER = "# polytrain port-code: {api} not converted: {why}"
+STATEMENT = "(statement)"  # the API a statement left whole after a failure is reported as
+FAILED = "the tool failed on this statement ({error}); it is left as it was"
 NOT_IN_TABLE = "not in the mapping table yet"
 SCHEDULER_ALONE = (
     "a scheduler is converted when an optimizer is made from it in the same block, after "
@@ -57,8 +60,11 @@ class PortTransformer(cst.CSTTransformer):
         tables: Mapping[str, Framework],
         imported: Iterable[str],
         aliases: Mapping[str, str],
+        skip: Mapping[tuple[int, int], str] | None = None,
     ) -> None:
         super().__init__()
+        self.skip = dict(skip or {})  # statement position -> the error that left it whole
+        self.inside: list[tuple[int, int]] = []  # positions of the statements being visited
         self.tables = tables
         self.imported = [tables[r] for r in imported if r in tables]  # method tables in use
         self.aliases = dict(aliases)
@@ -74,6 +80,7 @@ class PortTransformer(cst.CSTTransformer):
         self._made_by: dict[str, str] = {}  # receiver code -> the API whose call made it
         self._divisor: dict[cst.CSTNode, cst.BaseExpression] = {}  # backward call -> n
         self._paired: set[cst.CSTNode] = set()  # step calls whose argument moved
+        self._stepped_by: dict[cst.CSTNode, tuple[str, ...]] = {}  # backward -> step's makers
         self._then: dict[cst.CSTNode, str] = {}  # statement -> a statement added after it
         self._removed: set[cst.CSTNode] = set()
         self.helpers: dict[str, str] = {}  # table helpers the converted code calls: name -> code
@@ -115,6 +122,7 @@ class PortTransformer(cst.CSTTransformer):
         self.uses.append(Use(self._line(node), api))
 
     def _left(self, node: cst.CSTNode, api: str, why: str) -> None:
+        why = " ".join(why.split())  # a comment is one line: a multi-line argument joined
         self.uses.append(Use(self._line(node), api, why))
         self._markers.setdefault(self._statement(node), []).append(MARKER.format(api=api, why=why))
 
@@ -138,16 +146,26 @@ class PortTransformer(cst.CSTTransformer):
         return cst.parse_expression(text)
 
     def _helper(self, fw: Framework, name: str) -> None:
-        """A table helper the converted code calls: defined in the file, its imports added."""
+        """A table helper the converted code calls: defined in the file with the helpers
+        its code names, their imports added."""
+        if name in self.helpers:
+            return
         self.helpers[name] = fw.helpers[name]
         if f"{fw.target_root}." in fw.helpers[name]:
             self.needs_root.add(fw.target_root)
+        self._helpers_named(fw, fw.helpers[name])
+
+    def _helpers_named(self, fw: Framework, text: str) -> None:
+        for other in fw.helpers:
+            if re.search(rf"\b{other}\b", text):
+                self._helper(fw, other)
 
     def _table_code(self, fw: Framework, text: str) -> cst.BaseExpression:
         """Code from the table (a converted value, a wrapping layer): its target names are
-        written in full."""
+        written in full, the helpers it names defined."""
         if fw.target_root in text:
             self.needs_root.add(fw.target_root)
+        self._helpers_named(fw, text)
         return cst.parse_expression(text)
 
     # -- schedulers -----------------------------------------------------------------------
@@ -237,11 +255,18 @@ class PortTransformer(cst.CSTTransformer):
 
     def _backward_before(self, body: Sequence[cst.CSTNode], at: int) -> cst.Call | None:
         """The last ``loss.backward()`` (an entry with ``needs_pair``) before ``body[at]``,
-        in the block or at the top of a ``with`` block in it; None past another step."""
+        in the block, at the top of a ``with`` block in it, or the last statement of a
+        ``for`` loop over several losses (one per device after ``split_and_load``: PyTorch
+        adds their gradients into the one model, as the Trainer sums the devices'); None
+        past another step."""
         for stmt in reversed(body[:at]):
-            inner = list(stmt.body.body) if isinstance(stmt, cst.With) else [stmt]
-            if isinstance(stmt, cst.With) and not isinstance(stmt.body, cst.IndentedBlock):
+            inner = list(stmt.body.body) if isinstance(stmt, cst.With | cst.For) else [stmt]
+            if isinstance(stmt, cst.With | cst.For) and not isinstance(
+                stmt.body, cst.IndentedBlock
+            ):
                 inner = []
+            if isinstance(stmt, cst.For):  # ``for l in losses: l.backward()``: each one
+                inner = inner[-1:] if stmt.orelse is None else []
             for candidate in reversed(inner):
                 found = self._method_call(candidate)
                 if found is None:
@@ -265,6 +290,7 @@ class PortTransformer(cst.CSTTransformer):
             if value is None or backward is None or backward in self._divisor:
                 continue
             self._divisor[backward] = value.value
+            self._stepped_by[backward] = entry.receivers
             self._paired.add(call)
 
     def _moved(self, original: cst.CSTNode, body: Sequence[cst.BaseStatement]) -> list:
@@ -307,11 +333,34 @@ class PortTransformer(cst.CSTTransformer):
         found = self._resolve(original.func) if named else None
         if found is not None:
             return self._convert_call(original, updated, found)
-        if isinstance(original.func, cst.Attribute):
+        made = self._made_entry(original.func) if named and not original.args else None
+        if made is not None and made.called:
+            self._done(original, f"{made.source}()")
+            return cst.parse_expression(made.called.replace("$self", code(updated.func)))
+        if isinstance(original.func, cst.Attribute) and not self._foreign(original.func.value):
             entry = self._method(original.func.attr.value)
             if entry is not None:
                 return self._convert_method(original, updated, entry)
         return updated
+
+    def _made_entry(self, func: cst.BaseExpression) -> Entry | None:
+        """The entry of the API whose call made the object ``func`` names in the module."""
+        api = self._made_by.get(code(func).strip())
+        if api is None:
+            return None
+        fw = framework_of(api, self.tables)
+        return fw.entries.get(api) if fw is not None else None
+
+    def _foreign(self, receiver: cst.BaseExpression) -> bool:
+        """``receiver`` names something imported from another module than the frameworks'
+        (``math`` in ``math.exp(x)``, ``np`` in ``np.sqrt(x)``): a function of that module
+        is called, not a tensor's method."""
+        if not _dotted(receiver):
+            return False
+        none: Collection[QualifiedName] = ()
+        names = self.get_metadata(QualifiedNameProvider, receiver, none)
+        imports = [q for q in names if q.source is QualifiedNameSource.IMPORT]
+        return bool(imports) and all(framework_of(q.name, self.tables) is None for q in imports)
 
     def _convert_call(
         self, original: cst.Call, updated: cst.Call, found: Resolved
@@ -345,7 +394,10 @@ class PortTransformer(cst.CSTTransformer):
         self.needs_root.update(converted.imports)
         if entry.kind == "expression":
             self._done(original, api)
-            return self._table_code(found.framework, converted.target)
+            made = self._table_code(found.framework, converted.target)
+            if converted.inits:
+                return self._initialised(found.framework, made, converted.inits)
+            return made
         new_args = converted.args
         if original in self._scheduler_of:
             first = cst.Arg(cst.Name(self._scheduler_of[original]))
@@ -355,8 +407,19 @@ class PortTransformer(cst.CSTTransformer):
         )
         if entry.result:  # the output's shape, as the source's (table.Entry.result)
             call = cst.parse_expression(code(call) + entry.result)
+        if converted.inits:  # ``init_parameters(layer, weight=...)``: the table's helper
+            call = self._initialised(found.framework, call, converted.inits)
         self._done(original, api)
         return self._wrapped(found.framework, call, converted.wraps, converted.before)
+
+    def _initialised(
+        self, fw: Framework, call: cst.BaseExpression, inits: Sequence[tuple[str, str]]
+    ) -> cst.BaseExpression:
+        """The made layer passed to the framework's init helper with its initializers."""
+        values = [
+            cst.Arg(self._table_code(fw, v), keyword=cst.Name(k), equal=NO_SPACE) for k, v in inits
+        ]
+        return cst.Call(self._table_code(fw, fw.init_helper), [cst.Arg(call), *values])
 
     def _wrapped(
         self,
@@ -420,11 +483,6 @@ class PortTransformer(cst.CSTTransformer):
             return updated
         if entry.kind == "expression":
             return self._method_expression(original, api, converted.target, converted.imports)
-        if unpaired:  # ``gluon_backward(loss)``: the table's helper, called with the receiver
-            helper = entry.unpaired
-            self._helper(next(f for f in self.imported if helper in f.helpers), helper)
-            self._done(original, api)
-            return cst.Call(cst.Name(helper), [cst.Arg(receiver), *converted.args])
         if converted.moved and original not in self._paired:
             why = next(a.why for a in entry.args if a.moves)
             self._left(original, api, why)
@@ -432,6 +490,11 @@ class PortTransformer(cst.CSTTransformer):
         divisor = self._divisor.get(original)
         if divisor is not None and not _is_one(divisor):
             receiver = cst.parse_expression(f"({code(receiver)} / {code(divisor)})")
+        if unpaired or self._shared(original):  # ``gluon_backward(loss)``: the table's helper
+            helper = entry.unpaired
+            self._helper(next(f for f in self.imported if helper in f.helpers), helper)
+            self._done(original, api)
+            return cst.Call(cst.Name(helper), [cst.Arg(receiver), *converted.args])
         chain = cst.parse_expression(_RECEIVER + converted.target)
         func = chain.visit(_Receiver(receiver))
         self._done(original, api)
@@ -441,6 +504,15 @@ class PortTransformer(cst.CSTTransformer):
         assert isinstance(func, cst.BaseExpression)
         return updated.with_changes(func=func, args=converted.args)
 
+    def _shared(self, backward: cst.Call) -> bool:
+        """The module makes several objects of the kind that steps after ``backward`` (two
+        Gluon Trainers: a GAN). One backward then reaches parameters another trainer
+        steps: Gluon overwrites their gradients (grad_req='write'), PyTorch would add to
+        what the other trainer's ``zero_grad()`` did not clear, so the table's helper
+        (``gluon_backward``) clears what the loss reaches first."""
+        makers = self._stepped_by.get(backward, ())
+        return sum(1 for api in self._made_by.values() if api in makers) > 1
+
     def _method_expression(
         self, original: cst.Call, api: str, text: str, imports: set[str]
     ) -> cst.BaseExpression:
@@ -448,6 +520,8 @@ class PortTransformer(cst.CSTTransformer):
         self._done(original, api)
         self.needs_root.update(imports)
         self._roots_named(text)
+        for fw in self.imported:
+            self._helpers_named(fw, text)
         return cst.parse_expression(text)
 
     def _roots_named(self, written: str) -> None:
@@ -525,9 +599,55 @@ class PortTransformer(cst.CSTTransformer):
         self._done(original, found.name)
         return self._target_expr(original, entry.target)
 
+    def leave_BinaryOperation(
+        self, original: cst.BinaryOperation, updated: cst.BinaryOperation
+    ) -> cst.BaseExpression:
+        """``a.parameters() + b.parameters()``: lists in the source, iterators in PyTorch."""
+        if not isinstance(updated.operator, cst.Add):
+            return updated
+        names = {m.lstrip(".") for fw in self.imported for m in fw.list_methods}
+        listed = [_call_of(side, names) for side in (updated.left, updated.right)]
+        if not any(listed):
+            return updated
+        left, right = (
+            cst.Call(cst.Name("list"), [cst.Arg(side)]) if wrap else side
+            for side, wrap in zip((updated.left, updated.right), listed, strict=True)
+        )
+        return updated.with_changes(left=left, right=right)
+
+    # -- statements left whole -------------------------------------------------------------
+
+    def _position(self, node: cst.CSTNode) -> tuple[int, int]:
+        where: CodeRange = self.get_metadata(PositionProvider, node)
+        return where.start.line, where.start.column
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        """A statement the last pass failed on (``skip``) is not entered: it stays as it
+        was, under a marker; the others are tracked so a failure can name its statement."""
+        if isinstance(node, Statement):
+            at = self._position(node)
+            error = self.skip.get(at)
+            if error is not None:
+                why = FAILED.format(error=error)
+                self.uses.append(Use(at[0], STATEMENT, why))
+                self._markers.setdefault(node, []).append(MARKER.format(api=STATEMENT, why=why))
+                return False
+            self.inside.append(at)
+        return super().on_visit(node)
+
     # -- markers --------------------------------------------------------------------------
 
     def on_leave(  # type: ignore[override]
+        self, original_node: cst.CSTNode, updated_node: cst.CSTNode
+    ) -> cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]:
+        result = self._leave(original_node, updated_node)
+        if isinstance(original_node, Statement) and self.inside:
+            at = self._position(original_node)
+            if self.inside[-1] == at:  # popped only once left without an error
+                self.inside.pop()
+        return result
+
+    def _leave(
         self, original_node: cst.CSTNode, updated_node: cst.CSTNode
     ) -> cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]:
         result = super().on_leave(original_node, updated_node)
@@ -548,6 +668,16 @@ class PortTransformer(cst.CSTTransformer):
             made = result.nodes if isinstance(result, cst.FlattenSentinel) else [result]
             self._made[original_node] = [n for n in made if isinstance(n, cst.CSTNode)]
         return result
+
+
+def _call_of(node: cst.BaseExpression, methods: Collection[str]) -> bool:
+    """``node`` is ``<x>.<one of methods>()``."""
+    return (
+        isinstance(node, cst.Call)
+        and not node.args
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in methods
+    )
 
 
 def _is_one(node: cst.BaseExpression) -> bool:

@@ -1,0 +1,142 @@
+"""Conversions that depend on what only the run time knows are right in every case or
+marked (issue 36, item 3), on Paddle: a cross-entropy label of shape [N, 1] or [N], of any
+dtype, with the classes on any axis, computes Paddle's numbers (float64, 1e-10), where the
+one-to-one PyTorch call raised or computed others; a Paddle loader called to iterate it;
+``a.parameters() + b.parameters()`` (lists in Paddle); functions of ``math`` and ``numpy``
+are not a framework's methods."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from polytrain.porting.code import convert_source
+
+paddle = pytest.importorskip("paddle")
+torch = pytest.importorskip("torch")
+
+RNG = np.random.default_rng(3)
+LOGITS_2D = RNG.standard_normal((6, 5))
+LOGITS_3D = RNG.standard_normal((2, 3, 5))
+LOGITS_4D = RNG.standard_normal((2, 5, 3, 3))
+LABELS = RNG.integers(0, 5, size=(6, 1))
+LABELS_3D = RNG.integers(0, 5, size=(2, 3, 1))
+LABELS_4D = RNG.integers(0, 5, size=(2, 1, 3, 3))
+
+# (paddle code, logits, label): `out` is the loss; the label as the code takes it
+CASES = [
+    ("out = F.cross_entropy(x, y)", LOGITS_2D, LABELS),
+    ("out = F.cross_entropy(x, y, reduction='none')", LOGITS_2D, LABELS),
+    ("out = F.cross_entropy(x, y.squeeze(-1), reduction='none')", LOGITS_2D, LABELS),
+    ("out = F.cross_entropy(x, paddle.cast(y, 'int32'), reduction='sum')", LOGITS_2D, LABELS),
+    ("out = F.cross_entropy(x, paddle.cast(y, 'float64'))", LOGITS_2D, LABELS),
+    ("out = F.cross_entropy(x, y, reduction='none')", LOGITS_3D, LABELS_3D),
+    ("out = F.cross_entropy(x, y, axis=1, reduction='none')", LOGITS_4D, LABELS_4D),
+    ("out = paddle.nn.CrossEntropyLoss()(x, y)", LOGITS_2D, LABELS),
+    ("out = paddle.nn.CrossEntropyLoss(reduction='none')(x, y)", LOGITS_3D, LABELS_3D),
+    ("loss_fn = paddle.nn.CrossEntropyLoss(weight=w)\nout = loss_fn(x, y)", LOGITS_2D, LABELS),
+]  # fmt: skip
+HEADER = "import paddle\nimport paddle.nn.functional as F\n"
+
+
+def _paddle(code: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    ns: dict[str, Any] = {"x": paddle.to_tensor(x), "y": paddle.to_tensor(y),
+                          "w": paddle.to_tensor(np.linspace(0.5, 1.5, 5))}  # fmt: skip
+    exec(HEADER + code, ns)
+    return np.asarray(ns["out"].numpy())
+
+
+def _torch(code: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    ns: dict[str, Any] = {"x": torch.tensor(x), "y": torch.tensor(y),
+                          "w": torch.tensor(np.linspace(0.5, 1.5, 5))}  # fmt: skip
+    exec(code, ns)
+    return ns["out"].detach().numpy()
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize(
+    "code, x, y", CASES, ids=lambda v: str(v)[:48] if isinstance(v, str) else ""
+)
+def test_cross_entropy_labels_as_paddle_takes_them(code: str, x: np.ndarray, y: np.ndarray) -> None:
+    result = convert_source(HEADER + code)
+    assert not [u for u in result.report.uses if not u.converted], result.code
+    want, got = _paddle(code, x, y), _torch(result.code, x, y)
+    assert want.shape == got.shape, (want.shape, got.shape)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+
+
+def test_the_one_to_one_call_refuses_paddles_n_by_1_labels() -> None:
+    with pytest.raises(RuntimeError):
+        torch.nn.functional.cross_entropy(torch.tensor(LOGITS_2D), torch.tensor(LABELS))
+
+
+LOADER = """import paddle
+from paddle.io import DataLoader, TensorDataset
+
+x = paddle.arange(8, dtype='float64').reshape([4, 2])
+loader = DataLoader(TensorDataset([x]), batch_size=2)
+batches = [b for i, b in enumerate(loader())]
+net, other = paddle.nn.Linear(2, 2), paddle.nn.Linear(2, 1)
+opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=net.parameters() + other.parameters())
+"""
+
+
+def test_a_loader_called_to_iterate_it_and_parameter_lists_added() -> None:
+    code = convert_source(LOADER).code
+    assert "enumerate(loader)" in code
+    assert "list(net.parameters()) + list(other.parameters())" in code
+    ns: dict[str, Any] = {}
+    exec(code.replace("TensorDataset([x])", "TensorDataset(x)"), ns)  # Paddle's takes a list
+    assert len(ns["batches"]) == 2
+    assert sum(p.numel() for p in ns["opt"].param_groups[0]["params"]) == 9
+
+
+def test_functions_of_math_and_numpy_are_not_framework_methods() -> None:
+    source = (
+        "import math\nimport numpy as np\nfrom mxnet import nd\n\n"
+        "def f(x, n):\n    return math.exp(n) + np.sqrt(n) + x.exp() + nd.exp(x)\n"
+    )
+    result = convert_source(source)
+    assert "math.exp(n) + np.sqrt(n) + x.exp() + torch.exp(x)" in result.code
+    assert all(u.converted for u in result.report.uses)
+    assert sorted(u.api for u in result.report.uses) == [".exp", "mxnet.nd.exp"]
+
+
+LAZY = """from mxnet import init
+from mxnet.gluon import nn
+
+net = nn.Sequential()
+net.add(nn.Dense(4, flatten=False, weight_initializer=init.Constant(0.5)),
+        nn.Dense(2, flatten=False))
+net.initialize(init.Constant(2.0))
+"""
+
+
+def test_gluon_initializers_of_lazy_layers_apply_at_the_first_call_not_over_loaded_weights() -> (
+    None
+):
+    code = convert_source(LAZY).code
+    ns: dict[str, Any] = {}
+    exec(code, ns)
+    net = ns["net"]
+    net(torch.zeros(1, 3))
+    assert torch.all(net[0].weight == 0.5) and torch.all(net[1].weight == 2.0)
+    assert torch.all(net[0].bias == 0) and torch.all(net[1].bias == 0)
+    fresh: dict[str, Any] = {}
+    exec(code, fresh)
+    loaded = {k: torch.full((4, 3) if k == "0.weight" else v.shape, 7.0)
+              for k, v in net.state_dict().items()}  # fmt: skip
+    fresh["net"].load_state_dict(loaded)
+    fresh["net"](torch.zeros(1, 3))
+    assert all(torch.all(v == 7.0) for v in fresh["net"].state_dict().values())
+
+
+def test_d2l_devices_are_the_books_on_this_machine() -> None:
+    code = convert_source("import d2lzh as d2l\none, every = d2l.try_gpu(), d2l.try_all_gpus()\n")
+    ns: dict[str, Any] = {}
+    exec(code.code, ns)
+    gpus = torch.cuda.device_count()
+    assert ns["one"] == (torch.device("cuda", 0) if gpus else torch.device("cpu"))
+    assert ns["every"] == ([torch.device("cuda", i) for i in range(gpus)] or [torch.device("cpu")])
