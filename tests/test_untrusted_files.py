@@ -545,3 +545,21 @@ def test_port_code_says_what_it_converts_when_it_takes_long(
     assert main(["port-code", str(project), "-o", str(tmp_path / "out")]) == 0
     err = capsys.readouterr().err
     assert "polytrain port-code: converting " in err and "(file 1 of 2)" in err
+
+
+@pytest.mark.parametrize("target", ["file", "folder"])
+def test_port_code_never_copies_what_a_link_points_to_outside_the_source(
+    target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A link in the project to a file (or folder) outside it would copy that file's bytes
+    into the converted output: refused in one line, nothing written."""
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "key.txt").write_text("not for the output\n")
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "train.py").write_text("import paddle\n")
+    (project / "link").symlink_to(secret / "key.txt" if target == "file" else secret)
+    code = main(["port-code", str(project), "-o", str(tmp_path / "out")])
+    err = _refused(code, capsys, "is a symbolic link to")
+    assert "outside" in err and not (tmp_path / "out").exists()

@@ -60,10 +60,18 @@ def _sources(src: Path) -> list[Path]:
     is neither a folder nor a regular file (a FIFO, a device, a dangling link) is refused:
     reading or copying one may never end."""
     found = []
+    root = src.resolve()
     for path in src.rglob("*"):
-        if any(part in SKIP_DIRS for part in path.relative_to(src).parts) or path.is_dir():
+        if any(part in SKIP_DIRS for part in path.relative_to(src).parts):
             continue
-        found.append(regular_file(path, "the file"))
+        if path.is_symlink() and root not in path.resolve().parents:
+            raise ConfigError(
+                f"{path} is a symbolic link to {path.resolve()}, outside {src}: port-code "
+                "copies only what is inside SRC. Remove the link, or convert a copy of the "
+                "project without it."
+            )
+        if not path.is_dir():
+            found.append(regular_file(path, "the file"))
     return sorted(found)
 
 
