@@ -104,16 +104,17 @@ def compare_traces(
     """Rows in the order the target ran its layers (layers neither model ran are skipped),
     then the models' outputs."""
     result = Verification(tolerance)
-    by_target = {pair.target.name: pair for pair in pairs}
+    by_target = {pair.target.traced: pair for pair in pairs}
     ran = [name for name in target.layers if name in by_target]
     ran += [
-        p.target.name
+        p.target.traced
         for p in pairs
-        if p.target.name not in target.layers and p.source.name in source.layers
+        if p.target.traced not in target.layers and p.source.traced in source.layers
     ]
     for name in ran:
         pair = by_target[name]
-        s_out = source.layers.get(pair.source.name)
-        result.rows.append(_row(name, pair.source.name, s_out, target.layers.get(name), tolerance))
+        s_out = source.layers.get(pair.source.traced)
+        t_out = target.layers.get(name)
+        result.rows.append(_row(pair.target.name, pair.source.name, s_out, t_out, tolerance))
     result.rows.append(_row(OUTPUT, OUTPUT, source.output, target.output, tolerance))
     return result
