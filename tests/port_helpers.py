@@ -48,7 +48,11 @@ def check_port(result: Any, arch: str | None = None) -> None:
     assert len(result.verification.rows) > len(result.pairs) // 2
     if arch is None:
         return
-    ported = {t.native for pair in result.pairs for t in pair.target.tensors.values()}
+    ported = {  # a packed tensor (split into a Paddle attention's q/k/v) by its canonical name
+        f"{pair.target.name}.{role}" if t.parts else t.native
+        for pair in result.pairs
+        for role, t in pair.target.tensors.items()
+    }
     assert set(result.map_json()[result.source_framework]) == ported
     print(
         f"PORT {result.source_framework} {arch}: layers {len(result.pairs)}, "
