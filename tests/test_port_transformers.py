@@ -366,13 +366,19 @@ def test_a_ports_packed_map_converts_the_file_alone(tmp_path: Path) -> None:
 
 
 def test_named_q_k_v_weights_stay_apart(tmp_path: Path) -> None:
-    """Packed without a map; a map naming the q/k/v weights keeps them Linears (for a
-    target written with four)."""
+    """Packed without a map and with one that only lays them out (as --print-map writes
+    it); a map giving the q/k/v weights a kind keeps them Linears (for a target written
+    with four)."""
     paddle.seed(5)
     source = PaddleAttention()
     paddle.save(source.state_dict(), str(tmp_path / "a.pdparams"))
     convert(tmp_path / "a.pdparams", tmp_path / "packed.pt", "--to", "torch")
     assert "attn.in_proj_weight" in torch.load(tmp_path / "packed.pt", weights_only=True)
+    layout = {f"attn.{p}_proj.weight": {"transpose": True} for p in "qkv"}
+    (tmp_path / "layout.json").write_text(json.dumps(layout))
+    convert(tmp_path / "a.pdparams", tmp_path / "laid.pt", "--to", "torch",
+            "--map", tmp_path / "layout.json")  # fmt: skip
+    assert "attn.in_proj_weight" in torch.load(tmp_path / "laid.pt", weights_only=True)
     keep = {f"attn.{p}_proj.weight": {"kind": "Linear"} for p in "qkv"}
     (tmp_path / "map.json").write_text(json.dumps(keep))
     convert(tmp_path / "a.pdparams", tmp_path / "a.pt", "--to", "torch",

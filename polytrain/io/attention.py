@@ -78,14 +78,14 @@ def _layer_entries(parent: str, entries: Mapping[str, MapEntry],
     """The q/k/v entries of the attention layer at ``parent`` -> their PyTorch names and
     entries (None: joined into another), or None when it is not one: four Linear weights
     stored transposed, q/k/v of one output width, biases on all three or none, none of
-    them named by the user's map."""
+    them given a kind by the user's map."""
     weights = [_join(parent, f"{p}.weight") for p in projections]
     biases = [_join(parent, f"{p}.bias") for p in projections[:3]]
     given = [entries.get(n) for n in weights]
     have = [b for b in biases if b in entries]
     if any(e is None or e.transpose is not True for e in given) or have not in ([], biases):
         return None
-    if any(n in user.exact for n in weights[:3] + have) or any(entries[b].transpose for b in have):
+    if any(_kept(n, user) for n in weights[:3] + have) or any(entries[b].transpose for b in have):
         return None
     w = [e for e in given[:3] if e is not None]
     shapes = [tuple(reversed(np.shape(tensors[e.native]))) for e in w]
@@ -107,6 +107,11 @@ def _layer_entries(parent: str, entries: Mapping[str, MapEntry],
         )  # fmt: skip
         own |= dict.fromkeys(biases[1:])
     return own
+
+
+def _kept(name: str, user: UserMap) -> bool:
+    """The user's map says what layer ``name`` is (``{"kind": "Linear"}``): kept apart."""
+    return name in user.exact and user.exact[name].kind is not None
 
 
 def _packed(parts: list[MapEntry], shape: tuple[int, ...]) -> MapEntry:

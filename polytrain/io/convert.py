@@ -732,7 +732,8 @@ def _merge_spec(base: NameMap, user: UserMap | None, spec: ModelSpec) -> NameMap
             transpose = (
                 _layout(layout, given.kind, name, 0, False) if given.kind else entry.transpose
             )
-        merged[name] = MapEntry(given.native or entry.native, transpose, entry.shape, kind)
+        parts = given.parts or entry.parts
+        merged[name] = MapEntry(given.native or entry.native, transpose, entry.shape, kind, parts)
     source = f"model {spec.name!r} with the map"
     return NameMap(base.framework, merged, base.constants, base.ignore, source=source)
 
