@@ -200,6 +200,7 @@ def _block_kind(layer: Any) -> str | None:
         (nn.TransformerEncoderLayer, "TransformerEncoderLayer"),
         (nn.TransformerDecoderLayer, "TransformerDecoderLayer"),
         (nn.MultiHeadAttention, ATTENTION),
+        (nn.LayerNorm, "LayerNorm"),
     ]
     return next((kind for cls, kind in kinds if isinstance(layer, cls)), None)
 
@@ -219,6 +220,8 @@ def _activation_name(fn: Any) -> str:
 def _settings(layer: Any) -> dict[str, Setting]:
     """The options of a transformer or attention layer that no tensor shows, by the
     names of PyTorch's arguments (``norm_first``), spelt as Paddle's (``normalize_before``)."""
+    if _block_kind(layer) == "LayerNorm":
+        return {"eps": Setting(layer._epsilon, f"epsilon={layer._epsilon:g}")}
     if _block_kind(layer) == ATTENTION:
         bias = layer.q_proj.bias is not None
         return {

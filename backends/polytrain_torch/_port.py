@@ -39,8 +39,10 @@ def _kind(module: Any) -> str:
 
 
 def _first_tensor(value: Any) -> Any:
-    while isinstance(value, tuple | list) and value:
-        value = value[0]
+    """The first tensor of an output: of a tuple, a list or a mapping (Hugging Face's
+    ``ModelOutput``: ``last_hidden_state``, ``logits``)."""
+    while isinstance(value, tuple | list | Mapping) and value:
+        value = next(iter(value.values())) if isinstance(value, Mapping) else value[0]
     return value
 
 
@@ -134,6 +136,7 @@ def _block_kind(module: Any) -> str | None:
         (nn.TransformerEncoderLayer, "TransformerEncoderLayer"),
         (nn.TransformerDecoderLayer, "TransformerDecoderLayer"),
         (nn.MultiheadAttention, "MultiheadAttention"),
+        (nn.LayerNorm, "LayerNorm"),
     ]
     return next((kind for cls, kind in kinds if isinstance(module, cls)), None)
 
@@ -168,6 +171,8 @@ def _settings(module: Any) -> dict[str, Setting]:
         }
     if kind is None:
         return {}
+    if kind == "LayerNorm":
+        return {"eps": Setting(module.eps, f"eps={module.eps:g}")}
     act = activation_name(module.activation)
     bias = module.linear1.bias is not None
     return {

@@ -186,7 +186,7 @@ class ModelWalker(ABC):
 
     def blocks(self, model: Any) -> list[WalkedBlock]:
         """The blocks with settings that no tensor shows (transformer and attention
-        layers), in registration order; none by default."""
+        layers, a LayerNorm's epsilon), in registration order; none by default."""
         return []
 
     def notes(self, model: Any) -> list[str]:

@@ -200,6 +200,12 @@ def port(
     pairs, left_out = match_layers(
         src_walker.layers(src_model), tgt_walker.layers(tgt_model), hints
     )
+    moved = [f"{p.source.name}={p.target.name}" for p in pairs if p.reordered]
+    if moved:
+        notes.append(
+            f"paired out of registration order (the outputs compared check it): "
+            f"{', '.join(moved[:4])}{' ...' if len(moved) > 4 else ''}"
+        )
     state, kept = ported_state(pairs, tgt_walker.state(tgt_model))
     tgt_walker.load_state(tgt_model, state)
     tgt_trace = tgt_walker.trace(tgt_model, batch)

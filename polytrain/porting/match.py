@@ -32,6 +32,7 @@ class Pair:
     source: WalkedLayer
     target: WalkedLayer
     hinted: bool = False
+    reordered: bool = False  # paired out of registration order (see _bring_forward)
 
 
 def _unknown(name: str, names: Sequence[str], side: str) -> ConfigError:
@@ -94,13 +95,16 @@ def match_layers(
             if grouped is not None:
                 s_layer, t_layer, step_s, step_t = grouped
                 why = None
+        reordered = bool(why) and _bring_forward(rest_s, i, rest_t, j)
+        if reordered:
+            s_layer, t_layer, why = rest_s[i], rest_t[j], None
         if why:
             raise ConfigError(
                 f"Layers in order do not match at source {s_layer.name!r} and target "
                 f"{t_layer.name!r}: {why}: {s_layer.describe()} and {t_layer.describe()}. "
                 f"Check the target's layer order, or {HINT_HOW}."
             )
-        pairs[rest_t[j].name] = Pair(s_layer, t_layer)
+        pairs[rest_t[j].name] = Pair(s_layer, t_layer, reordered=reordered)
         i, j = i + step_s, j + step_t
     if i < len(rest_s) or j < len(rest_t):
         side, extra = ("source", rest_s[i:]) if i < len(rest_s) else ("target", rest_t[j:])
@@ -111,6 +115,25 @@ def match_layers(
         )
     left_out = [s for s, t in hints.items() if not t]
     return [pairs[layer.name] for layer in target if layer.name in pairs], left_out
+
+
+LOOKAHEAD = 3  # how far out of registration order a layer may pair
+
+
+def _bring_forward(source: list[WalkedLayer], i: int, target: list[WalkedLayer], j: int) -> bool:
+    """Where ``source[i]`` and ``target[j]`` cannot pair: move a layer of one side that
+    pairs with the other's from at most LOOKAHEAD places on, past layers of other kinds
+    only, to position ``i`` or ``j``. Kinds cannot be confused: Hugging Face's BERT
+    registers a layer's attention LayerNorm before its feed-forward Linears, PaddleNLP's
+    after; two Linears out of order stay a question for the user (a hint)."""
+    for mine, other, at, fixed in ((target, source, j, i), (source, target, i, j)):
+        for k in range(at + 1, min(at + 1 + LOOKAHEAD, len(mine))):
+            if mine[k].kind in {layer.kind for layer in mine[at:k]}:
+                break
+            if mismatch(other[fixed], mine[k], check_kind=True) is None:
+                mine.insert(at, mine.pop(k))
+                return True
+    return False
 
 
 def _grouped(

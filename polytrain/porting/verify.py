@@ -85,6 +85,9 @@ def _row(layer: str, source: str, s: np.ndarray | None, t: np.ndarray | None, to
             layer, source, [] if t is None else list(t.shape), [] if s is None else list(s.shape),
             None, None, ok=False, problem=f"the {missing} layer did not run",
         )  # fmt: skip
+    if s.shape != t.shape and s.ndim == t.ndim and _broadcasts(s.shape, t.shape):
+        s, t = np.broadcast_arrays(s, t)  # one computed once for the batch (a position
+        # embedding of [1, T]), the other per sample: the same values where they exist
     if s.shape != t.shape:
         return Row(
             layer, source, list(t.shape), list(s.shape), None, None, ok=False,
@@ -96,6 +99,11 @@ def _row(layer: str, source: str, s: np.ndarray | None, t: np.ndarray | None, to
     relative = diff / scale if scale > 0 else diff
     ok = bool(np.isfinite(relative)) and relative <= tol
     return Row(layer, source, list(t.shape), list(s.shape), diff, relative, ok)
+
+
+def _broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Whether the two shapes differ only where one of them is 1."""
+    return all(x == y or 1 in (x, y) for x, y in zip(a, b, strict=True))
 
 
 def compare_traces(
