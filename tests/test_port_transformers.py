@@ -405,3 +405,29 @@ def test_the_optimizer_state_of_a_packed_attention_is_refused_in_one_line(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "optimizer state of packed attention tensors" in err
     assert not (tmp_path / "a.pt").exists()
+
+
+def test_a_gluon_layer_norm_epsilon_is_compared() -> None:
+    """Every LayerNorm's epsilon is an option no tensor shows: Gluon's 1e-6 against
+    torch's default 1e-5 is refused (the outputs would agree to ~1e-6 and pass)."""
+    mx = pytest.importorskip("mxnet")
+
+    class GluonNorm(mx.gluon.Block):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            with self.name_scope():
+                self.fc = mx.gluon.nn.Dense(16, in_units=16, flatten=False)
+                self.norm = mx.gluon.nn.LayerNorm(epsilon=1e-6, in_channels=16)
+
+        def forward(self, x: Any) -> Any:
+            return self.norm(self.fc(x))
+
+    source = GluonNorm()
+    source.initialize()
+    target = tnn.Sequential(tnn.Linear(16, 16), tnn.LayerNorm(16))
+    with pytest.raises(
+        ConfigError, match=r"source norm .* has epsilon=1e-06, target 1 .* eps=1e-05"
+    ):
+        port(source, target, input_shape=(3, 5, 16))
+    target[1].eps = 1e-6
+    check_port(port(source, target, input_shape=(3, 5, 16)))
