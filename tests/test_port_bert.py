@@ -9,6 +9,7 @@ masked. ``transformers`` is a test dependency: skipped without it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ pnn = paddle.nn
 from port_helpers import check_port  # noqa: E402
 
 from polytrain import port  # noqa: E402
+from polytrain.cli.main import main  # noqa: E402
 from polytrain.errors import ConfigError  # noqa: E402
 
 CONFIG = {
@@ -96,7 +98,10 @@ def hf_bert(**overrides: Any) -> Any:
 def test_a_paddlenlp_bert_ports_into_transformers_bert_model(tmp_path: Path) -> None:
     source = PaddleNLPBertModel(CONFIG)
     target = hf_bert()
-    result = port(source, target, inputs=IDS, out=tmp_path / "bert.pt")
+    paddle.save(source.state_dict(), str(tmp_path / "bert.pdparams"))
+    result = port(
+        source, target, inputs=IDS, out=tmp_path / "bert.pt", map_out=tmp_path / "map.json"
+    )
     check_port(result, "paddlenlp bert -> transformers.BertModel")
     assert any("out of registration order" in note for note in result.notes)
     rows = {row.layer: row.source for row in result.verification.rows}
@@ -112,6 +117,19 @@ def test_a_paddlenlp_bert_ports_into_transformers_bert_model(tmp_path: Path) -> 
     pool_diff = np.abs(out.pooler_output.numpy() - pooled.numpy()).max()
     assert seq_diff <= 1e-5 and pool_diff <= 1e-5
     print(f"BERT paddlenlp -> transformers: sequence {seq_diff:.2g}, pooled {pool_diff:.2g}")
+    # the derived map converts the .pdparams alone (q/k/v part for part, no packing)
+    mapped = json.loads((tmp_path / "map.json").read_text())["paddle"]
+    assert mapped["encoder.layer.0.attention.self.key.weight"]["native"] == (
+        "encoder.layers.0.self_attn.k_proj.weight"
+    )
+    argv = ["convert", str(tmp_path / "bert.pdparams"), str(tmp_path / "conv.pt"), "--to",
+            "torch", "--map", str(tmp_path / "map.json")]  # fmt: skip
+    assert main(argv) == 0
+    converted = torch.load(tmp_path / "conv.pt", weights_only=True)
+    written = torch.load(tmp_path / "bert.pt", weights_only=True)
+    assert set(converted) == set(written) == set(mapped)
+    assert all(torch.equal(converted[k], v) for k, v in written.items())
+    hf_bert().load_state_dict(converted, strict=True)
 
 
 def test_a_layer_norm_epsilon_that_differs_is_refused() -> None:

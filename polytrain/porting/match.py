@@ -200,18 +200,27 @@ def ported_state(
 def derived_map(pairs: Sequence[Pair]) -> dict[str, dict[str, Any]]:
     """target (canonical) name -> where it comes from in the source's state: the JSON of
     ``polytrain convert --map``. A source tensor packed from parts (Paddle's q/k/v
-    projections) lists them: ``{"native": [q, k, v], "transpose": true}``."""
+    projections) lists them: ``{"native": [q, k, v], "transpose": true}``; into a target
+    that keeps them apart too, part for part; a target packed from parts (written back to
+    Paddle's q/k/v) by its canonical name."""
     out: dict[str, dict[str, Any]] = {}
     for pair in pairs:
         for role, t in pair.target.tensors.items():
             s = pair.source.tensors[role]
+            if t.parts and len(t.parts) == len(s.parts):  # part for part (q, k, v Linears)
+                out.update(_entry(tp.native, sp) for tp, sp in zip(t.parts, s.parts, strict=True))
+                continue
             key = f"{pair.target.name}.{role}" if t.parts and pair.target.name else t.native
-            out[key] = {
-                "native": list(s.natives) if s.parts else s.native,
-                "transpose": _transpose(s),
-                "shape": list(s.canonical.shape),
-            }
+            out.update([_entry(key, s)])
     return out
+
+
+def _entry(key: str, s: LayerTensor) -> tuple[str, dict[str, Any]]:
+    return key, {
+        "native": list(s.natives) if s.parts else s.native,
+        "transpose": _transpose(s),
+        "shape": list(s.canonical.shape),
+    }
 
 
 def _transpose(tensor: LayerTensor) -> bool:
