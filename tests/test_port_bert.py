@@ -1,11 +1,13 @@
-"""A PaddleNLP BERT into Hugging Face ``transformers.BertModel`` (issue 37, item 2).
+"""PaddleNLP's BERT and ERNIE into Hugging Face ``transformers.BertModel`` and
+``ErnieModel`` (issue 37, item 2).
 
 PaddleNLP does not install beside Paddle 3.3.1 here (its dependencies pull numpy 2 and
 pandas 3 over the project's numpy 1.23), so the model is built from its source definitions
-(paddlenlp/transformers/bert/modeling.py): embeddings (word, position, token type,
-``layer_norm``), a ``paddle.nn.TransformerEncoder`` of post-norm GELU layers, a tanh pooler,
-every LayerNorm's epsilon set to 1e-12 by ``init_weights``, tokens equal to ``pad_token_id``
-masked. ``transformers`` is a test dependency: skipped without it."""
+(paddlenlp/transformers/bert/modeling.py, ernie/modeling.py): embeddings (word, position,
+token type, ERNIE 3.0's task type with ``use_task_id``, ``layer_norm``), a
+``paddle.nn.TransformerEncoder`` of post-norm GELU layers, a tanh pooler, every LayerNorm's
+epsilon set to 1e-12 by ``init_weights``, tokens equal to ``pad_token_id`` masked.
+``transformers`` is a test dependency: skipped without it."""
 
 from __future__ import annotations
 
@@ -35,11 +37,13 @@ IDS = np.random.default_rng(1).integers(1, CONFIG["vocab_size"], (3, 7))  # no p
 
 
 class PaddleNLPBertEmbeddings(pnn.Layer):  # type: ignore[misc]
-    def __init__(self, vocab: int, hidden: int, positions: int, types: int) -> None:
+    def __init__(self, vocab: int, hidden: int, positions: int, types: int, tasks: int) -> None:
         super().__init__()
         self.word_embeddings = pnn.Embedding(vocab, hidden)
         self.position_embeddings = pnn.Embedding(positions, hidden)
         self.token_type_embeddings = pnn.Embedding(types, hidden)
+        if tasks:  # ERNIE 3.0 (use_task_id; task_id 0)
+            self.task_type_embeddings = pnn.Embedding(tasks, hidden)
         self.layer_norm = pnn.LayerNorm(hidden)
         self.dropout = pnn.Dropout(0.1)
 
@@ -47,6 +51,8 @@ class PaddleNLPBertEmbeddings(pnn.Layer):  # type: ignore[misc]
         positions = paddle.cumsum(paddle.ones_like(ids), axis=-1) - 1
         x = self.word_embeddings(ids) + self.position_embeddings(positions)
         x = x + self.token_type_embeddings(paddle.zeros_like(ids))
+        if hasattr(self, "task_type_embeddings"):
+            x = x + self.task_type_embeddings(paddle.zeros_like(ids))
         return self.dropout(self.layer_norm(x))
 
 
@@ -61,15 +67,16 @@ class PaddleNLPBertPooler(pnn.Layer):  # type: ignore[misc]
 
 
 class PaddleNLPBertModel(pnn.Layer):  # type: ignore[misc]
-    """PaddleNLP's ``BertModel`` (``fuse=False``), returning (sequence, pooled)."""
+    """PaddleNLP's ``BertModel`` (``fuse=False``), or with ``tasks`` its ``ErnieModel``
+    (``use_task_id=True``), returning (sequence, pooled)."""
 
-    def __init__(self, c: dict[str, int], pad_token_id: int = 0) -> None:
+    def __init__(self, c: dict[str, int], pad_token_id: int = 0, tasks: int = 0) -> None:
         super().__init__()
         paddle.seed(11)
         self.pad_token_id = pad_token_id
         h = c["hidden_size"]
         self.embeddings = PaddleNLPBertEmbeddings(
-            c["vocab_size"], h, c["max_position_embeddings"], c["type_vocab_size"]
+            c["vocab_size"], h, c["max_position_embeddings"], c["type_vocab_size"], tasks
         )
         layer = pnn.TransformerEncoderLayer(
             h, c["num_attention_heads"], c["intermediate_size"], dropout=0.1,
@@ -95,28 +102,38 @@ def hf_bert(**overrides: Any) -> Any:
     return transformers.BertModel(config).eval()
 
 
-def test_a_paddlenlp_bert_ports_into_transformers_bert_model(tmp_path: Path) -> None:
-    source = PaddleNLPBertModel(CONFIG)
-    target = hf_bert()
+def hf_ernie() -> Any:
+    extra = {"layer_norm_eps": 1e-12, "use_task_id": True, "task_type_vocab_size": 3}
+    return transformers.ErnieModel(transformers.ErnieConfig(**(CONFIG | extra))).eval()
+
+
+MODELS = {"bert": (0, hf_bert), "ernie": (3, hf_ernie)}  # task types, the target
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_a_paddlenlp_model_ports_into_transformers(tmp_path: Path, name: str) -> None:
+    tasks, make_target = MODELS[name]
+    source = PaddleNLPBertModel(CONFIG, tasks=tasks)
+    target = make_target()
     paddle.save(source.state_dict(), str(tmp_path / "bert.pdparams"))
     result = port(
         source, target, inputs=IDS, out=tmp_path / "bert.pt", map_out=tmp_path / "map.json"
     )
-    check_port(result, "paddlenlp bert -> transformers.BertModel")
+    check_port(result, f"paddlenlp {name} -> transformers")
     assert any("out of registration order" in note for note in result.notes)
     rows = {row.layer: row.source for row in result.verification.rows}
     assert rows["encoder.layer.1.attention.self"] == "encoder.layers.1.self_attn"
     assert rows["encoder.layer.0.attention.output.LayerNorm"] == "encoder.layers.0.norm1"
     source.eval()
     sequence, pooled = source(paddle.to_tensor(IDS))
-    loaded = hf_bert()
+    loaded = make_target()
     loaded.load_state_dict(torch.load(tmp_path / "bert.pt", weights_only=True), strict=True)
     with torch.no_grad():
         out = loaded(torch.from_numpy(IDS))
     seq_diff = np.abs(out.last_hidden_state.numpy() - sequence.numpy()).max()
     pool_diff = np.abs(out.pooler_output.numpy() - pooled.numpy()).max()
     assert seq_diff <= 1e-5 and pool_diff <= 1e-5
-    print(f"BERT paddlenlp -> transformers: sequence {seq_diff:.2g}, pooled {pool_diff:.2g}")
+    print(f"{name} paddlenlp -> transformers: sequence {seq_diff:.2g}, pooled {pool_diff:.2g}")
     # the derived map converts the .pdparams alone (q/k/v part for part, no packing)
     mapped = json.loads((tmp_path / "map.json").read_text())["paddle"]
     assert mapped["encoder.layer.0.attention.self.key.weight"]["native"] == (
@@ -129,7 +146,7 @@ def test_a_paddlenlp_bert_ports_into_transformers_bert_model(tmp_path: Path) -> 
     written = torch.load(tmp_path / "bert.pt", weights_only=True)
     assert set(converted) == set(written) == set(mapped)
     assert all(torch.equal(converted[k], v) for k, v in written.items())
-    hf_bert().load_state_dict(converted, strict=True)
+    make_target().load_state_dict(converted, strict=True)
 
 
 def test_a_layer_norm_epsilon_that_differs_is_refused() -> None:
