@@ -48,7 +48,13 @@ def check_port(result: Any, arch: str | None = None) -> None:
     assert len(result.verification.rows) > len(result.pairs) // 2
     if arch is None:
         return
-    ported = {t.native for pair in result.pairs for t in pair.target.tensors.values()}
+    ported = set()  # a tensor split into a Paddle attention's q/k/v: by its canonical name
+    for pair in result.pairs:  # (or part for part where the source has the same parts)
+        for role, t in pair.target.tensors.items():
+            if t.parts and len(t.parts) == len(pair.source.tensors[role].parts):
+                ported |= {part.native for part in t.parts}
+            else:
+                ported.add(f"{pair.target.name}.{role}" if t.parts else t.native)
     assert set(result.map_json()[result.source_framework]) == ported
     print(
         f"PORT {result.source_framework} {arch}: layers {len(result.pairs)}, "

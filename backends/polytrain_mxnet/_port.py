@@ -13,7 +13,14 @@ from typing import Any
 import numpy as np
 
 from polytrain.backend.mismatch import compare_names
-from polytrain.backend.model_walker import LayerTensor, ModelWalker, Trace, WalkedLayer
+from polytrain.backend.model_walker import (
+    LayerTensor,
+    ModelWalker,
+    Setting,
+    Trace,
+    WalkedBlock,
+    WalkedLayer,
+)
 from polytrain.errors import ConfigError
 
 ROLES = {"gamma": "weight", "beta": "bias"}
@@ -82,6 +89,18 @@ class GluonWalker(ModelWalker):
             groups = int(block._kwargs.get("num_group", 1)) if kind.startswith("Conv") else 1
             found.append(WalkedLayer(name, kind, type(block).__name__, tensors, groups))
         return found
+
+    def blocks(self, model: Any) -> list[WalkedBlock]:
+        """Each ``LayerNorm`` with its epsilon (Gluon has no attention or transformer
+        block to report)."""
+        from mxnet.gluon import nn
+
+        return [
+            WalkedBlock(name, "LayerNorm", type(block).__name__,
+                        {"eps": Setting(block._epsilon, f"epsilon={block._epsilon:g}")})
+            for name, block in _blocks(model)
+            if isinstance(block, nn.LayerNorm)
+        ]  # fmt: skip
 
     def state(self, model: Any) -> dict[str, np.ndarray]:
         params = model._collect_params_with_prefix()

@@ -83,6 +83,7 @@ class PaddleFormat(NativeFormat):
             "MultiHeadSelfAttention": frozenset({"out_proj.weight"}),
         },
         note="Paddle layout, Linear [in, out]",
+        attention=("q_proj", "k_proj", "v_proj", "out_proj"),  # paddle.nn.MultiHeadAttention
     )
 
     def sniff(self, head: bytes, path: PathLike) -> bool:

@@ -9,6 +9,13 @@ each to the canonical (PyTorch) layout: the layer object is the evidence for the
 It also runs a model in eval mode with forward hooks on those layers. Everything crosses
 the boundary as numpy; the framework is imported only inside the methods.
 
+An attention layer is walked as one layer of kind ``MultiheadAttention`` with PyTorch's
+roles (``in_proj_weight`` [3E, E] packed from the query, key and value projections,
+``in_proj_bias``, ``out_proj.weight``, ``out_proj.bias``; see :func:`attention_tensors`),
+whatever its framework stores: a packed tensor lists its native parts. Options that no
+tensor shows (a transformer layer's norm placement, its activation, the number of heads)
+are the :meth:`ModelWalker.blocks`' settings, compared by ``polytrain port``.
+
 A walker never reads a file: a weights file a user gives (``port --weights``) is data,
 read by polytrain's own reader of its format (:func:`polytrain.io.native.read_native`,
 which never runs code from a file), and only its tensors reach :meth:`ModelWalker.load_saved`.
@@ -24,6 +31,12 @@ from typing import Any
 import numpy as np
 
 KINDS = ("Linear", "Conv1d", "Conv2d", "Conv3d", "BatchNorm", "Embedding", "LayerNorm")
+ATTENTION = "MultiheadAttention"  # the kind of an attention layer (PyTorch's roles)
+PACKED = {  # role of a packed attention tensor -> its parts' roles in a Linear (q, k, v)
+    "in_proj_weight": "weight",
+    "in_proj_bias": "bias",
+}
+SEPARATE = ("q_proj_weight", "k_proj_weight", "v_proj_weight")  # kdim/vdim != embed_dim
 
 
 @dataclass(frozen=True)
@@ -34,10 +47,52 @@ class LayerTensor:
     native: str
     value: np.ndarray
     transpose: bool = False
+    parts: tuple[LayerTensor, ...] = ()
+    """a packed tensor: the native tensors whose canonical rows it joins, in order (the
+    query, key and value projections of ``in_proj_weight``); ``value`` is the joined one"""
 
     @property
     def canonical(self) -> np.ndarray:
         return np.ascontiguousarray(self.value.T if self.transpose else self.value)
+
+    @property
+    def natives(self) -> tuple[str, ...]:
+        """The native names it is stored under (one, or its parts')."""
+        return tuple(p.native for p in self.parts) or (self.native,)
+
+
+def packed(parts: tuple[LayerTensor, ...]) -> LayerTensor:
+    """One canonical tensor joining the canonical rows of ``parts`` (equal row counts)."""
+    rows = {p.canonical.shape[0] for p in parts}
+    if len(rows) != 1:
+        raise ValueError(f"packed parts differ in rows: {sorted(rows)}")
+    value = np.concatenate([p.canonical for p in parts])
+    return LayerTensor("+".join(p.native for p in parts), value, parts=parts)
+
+
+def unpack(value: np.ndarray, count: int) -> list[np.ndarray]:
+    """A packed canonical tensor's ``count`` parts (equal row counts, in order)."""
+    return [np.ascontiguousarray(part) for part in np.split(np.asarray(value), count)]
+
+
+def attention_tensors(q: Mapping[str, LayerTensor], k: Mapping[str, LayerTensor],
+                      v: Mapping[str, LayerTensor],
+                      out: Mapping[str, LayerTensor]) -> dict[str, LayerTensor]:  # fmt: skip
+    """PyTorch ``nn.MultiheadAttention``'s roles from the tensors of four Linear layers (by
+    role, canonical [out, in]): ``in_proj_weight`` packs the q/k/v weights when their
+    inputs are all ``embed_dim`` wide, else ``q_proj_weight``/``k_proj_weight``/
+    ``v_proj_weight`` (torch's kdim/vdim form); ``in_proj_bias`` always packs the biases."""
+    e = q["weight"].canonical.shape[0]
+    same = all(t["weight"].canonical.shape == (e, e) for t in (q, k, v))
+    found = {}
+    if same:
+        found["in_proj_weight"] = packed((q["weight"], k["weight"], v["weight"]))
+    else:
+        found |= dict(zip(SEPARATE, (q["weight"], k["weight"], v["weight"]), strict=True))
+    if all("bias" in t for t in (q, k, v)):
+        found["in_proj_bias"] = packed((q["bias"], k["bias"], v["bias"]))
+    found |= {f"out_proj.{role}": t for role, t in out.items()}
+    return found
 
 
 @dataclass(frozen=True)
@@ -49,12 +104,43 @@ class WalkedLayer:
     type_name: str
     tensors: Mapping[str, LayerTensor] = field(default_factory=dict)
     groups: int = 1  # grouped (depthwise) convolutions: their group count
+    output: str = ""
+    """the traced layer whose output is this one's, when it is not itself (a group of
+    Linears paired with an attention layer ends at its output projection)"""
+
+    @property
+    def traced(self) -> str:
+        return self.output or self.name
 
     def describe(self) -> str:
         shapes = ", ".join(
             f"{role} {list(t.canonical.shape)}" for role, t in sorted(self.tensors.items())
         )
         return f"{self.name} ({self.type_name}: {shapes})"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """An option of a block that no tensor shows: its value, comparable across frameworks
+    (``True``, ``"gelu"``, ``2``), and how its framework spells it (``normalize_before=True``)."""
+
+    value: Any
+    native: str
+
+
+@dataclass(frozen=True)
+class WalkedBlock:
+    """A block whose options decide what its tensors compute (a transformer layer, an
+    attention layer): its path, kind (PyTorch's class name) and settings by canonical key
+    (PyTorch's argument name: ``norm_first``, ``activation``, ``num_heads``, ...)."""
+
+    name: str
+    kind: str
+    type_name: str
+    settings: Mapping[str, Setting] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return f"{self.name or '(the model)'} ({self.type_name})"
 
 
 @dataclass
@@ -97,6 +183,11 @@ class ModelWalker(ABC):
         checked as :meth:`load_state` checks them. By default they are the model's state;
         a walker whose framework saves names differently from its state maps them."""
         self.load_state(model, tensors, source)
+
+    def blocks(self, model: Any) -> list[WalkedBlock]:
+        """The blocks with settings that no tensor shows (transformer and attention
+        layers, a LayerNorm's epsilon), in registration order; none by default."""
+        return []
 
     def notes(self, model: Any) -> list[str]:
         """What the target must reproduce that no tensor shows (e.g. a dropout layer that

@@ -51,6 +51,11 @@ class LayoutRules:
     """prefixes removed from every name when all names carry one (``module.`` of DDP)."""
     note: str = "canonical layout"
     """how messages describe this layout, e.g. ``Paddle layout, Linear [in, out]``"""
+    attention: tuple[str, ...] = ()
+    """the child names of the query, key, value and output Linears of the framework's
+    attention layer where it keeps them apart (Paddle's ``q_proj``, ``k_proj``, ``v_proj``,
+    ``out_proj``), which PyTorch's ``nn.MultiheadAttention`` packs (``in_proj_weight``);
+    empty: attention tensors are stored as PyTorch's"""
 
     @property
     def canonical(self) -> bool:

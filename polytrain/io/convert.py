@@ -47,6 +47,7 @@ from polytrain.backend.native_format import (
 )
 from polytrain.errors import CheckpointError, ConfigError, PolytrainError
 from polytrain.io import native as native_io
+from polytrain.io.attention import pack_read, unpack_write
 from polytrain.io.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from polytrain.io.name_map import (
     MapEntry,
@@ -254,11 +255,16 @@ def _generic_read_map(fmt: str, tensors: Mapping[str, np.ndarray], path: PathLik
     roles = companion.roles if companion is not None else {}
     evidence = (declared.layer_kinds(path) or {}) if transposing and companion is None else {}
     user = user or UserMap({})
-    by_native = {_exact_native(name, e, layout): name for name, e in user.exact.items()}
+    by_native = {_exact_native(n, e, layout): n for n, e in user.exact.items() if not e.parts}
+    packed = {part: name for name, e in user.exact.items() for part in e.parts}
     entries: dict[str, MapEntry] = {}
     matched: set[str] = set()
     for native, value in tensors.items():
         if native.endswith(layout.ignored_suffixes):
+            continue
+        if native in packed:  # a part of a packed tensor the map lists
+            name = packed[native]
+            entries.setdefault(name, _exact_entry(name, user.exact[name], layout))
             continue
         if native in by_native:
             canonical = by_native[native]
@@ -281,8 +287,10 @@ def _generic_read_map(fmt: str, tensors: Mapping[str, np.ndarray], path: PathLik
         if transpose is None:
             transpose = _layout(layout, kind, canonical, np.ndim(value), transposing)
         entries[canonical] = MapEntry(native, transpose, given.shape, kind)
+    if layout.attention:  # q/k/v Linears kept apart: packed as PyTorch packs them
+        entries = pack_read(entries, tensors, layout.attention, user, notes)
     for name, given in user.exact.items():  # named by the map, not in the file: missing
-        entries.setdefault(name, MapEntry(_exact_native(name, given, layout), False, given.shape))
+        entries.setdefault(name, _exact_entry(name, given, layout))
     if companion is not None:
         notes.extend(_companion_notes(companion, entries))
     _generic_notes(fmt, declared, entries, user, matched, notes)
@@ -344,7 +352,7 @@ def _generic_notes(fmt: str, declared: NativeFormat, entries: Mapping[str, MapEn
             else f"none renamed, no name ends in {' or '.join('.' + r for r in renames)}"
         )
     notes.append(f"not a built-in model: generic {fmt} rules ({rule})")
-    transposed = [e.native for e in entries.values() if e.transpose]
+    transposed = [n for e in entries.values() if e.transpose for n in e.natives]
     if transposed:  # the kinds these tensors are, else every kind the format transposes
         kinds = "/".join(sorted({e.kind for e in entries.values() if e.transpose and e.kind}))
         notes.append(f"transposed as {kinds or _kinds(declared)} weights: {_names(transposed)}")
@@ -360,6 +368,17 @@ def _layout(layout: LayoutRules, kind: str | None, name: str, ndim: int,
     if kind is not None:
         return layout.is_transposed(kind, name.rpartition(".")[2])
     return None if transposing and ndim == 2 else False
+
+
+def _exact_entry(name: str, given: UserEntry, layout: LayoutRules) -> MapEntry:
+    """The entry of an exact map entry read as it is (a packed one: its layout from
+    ``transpose``, or from ``kind`` for its parts' leaf)."""
+    if not given.parts:
+        return MapEntry(_exact_native(name, given, layout), False, given.shape)
+    transpose = given.transpose
+    if transpose is None and given.kind is not None:
+        transpose = layout.is_transposed(given.kind, given.parts[0].rpartition(".")[2])
+    return MapEntry(given.parts[0], transpose, given.shape, given.kind, given.parts)
 
 
 def _exact_native(name: str, given: UserEntry, layout: LayoutRules) -> str:
@@ -430,6 +449,8 @@ def write_weights(
         return _write_neutral(path, params, spec, ck, weights, target)
     kinds = weights.kinds if isinstance(weights, Weights) else {}
     nmap = _write_map(to, params, spec, user, other, kinds)
+    if isinstance(weights, Weights):
+        weights.notes.extend(nmap.notes)
     shapes = {n: _shape_of(params, n) for n in nmap.entries}
     _check_decided(nmap, f"writing {path}", "the weights (a state dict records no layer kinds)",
                    shapes)  # fmt: skip
@@ -482,9 +503,18 @@ def _generic_write_map(to: str, params: Mapping[str, np.ndarray], user: UserMap 
     unknown = [n for n in user.exact if n not in params]
     if unknown:
         raise ConfigError(f"The map names {_names(unknown)}, which the weights lack.")
+    split, split_kinds, split_notes = (
+        unpack_write(params, layout.attention, user) if layout.attention else ({}, {}, [])
+    )
     entries = {}
     for name, value in params.items():
+        if name in split:  # an attention tensor, as the format's Linears store it
+            entries[name] = _split_entry(split[name], split_kinds[name], layout, user)
+            continue
         given = user.exact.get(name, UserEntry())
+        if given.parts:
+            entries[name] = _exact_entry(name, given, layout)
+            continue
         kind = given.kind
         native = given.native
         if native is None:
@@ -502,7 +532,7 @@ def _generic_write_map(to: str, params: Mapping[str, np.ndarray], user: UserMap 
         if transpose is None:
             transpose = _layout(layout, kind, name, np.ndim(value), transposing)
         entries[name] = MapEntry(native, transpose, given.shape, kind)
-    natives = [e.native for e in entries.values()]
+    natives = [n for e in entries.values() for n in e.natives]
     dupes = sorted({n for n in natives if natives.count(n) > 1})
     if dupes:
         raise ConfigError(f"Several tensors would be written as {_names(dupes)}: fix the map.")
@@ -512,7 +542,19 @@ def _generic_write_map(to: str, params: Mapping[str, np.ndarray], user: UserMap 
         if name.endswith(".running_mean")
         for leaf, value in layout.constants.get(_NORM, {}).items()
     }
-    return NameMap(to, entries, constants, source=f"the generic {to} rules")
+    return NameMap(to, entries, constants, source=f"the generic {to} rules", notes=split_notes)
+
+
+def _split_entry(parts: tuple[str, ...], kind: str, layout: LayoutRules,
+                 user: UserMap) -> MapEntry:  # fmt: skip
+    """The entry writing one attention tensor as the parts ``parts`` (Linear weights or
+    biases), each renamed by the user's prefix or re: entries."""
+    renamed = []
+    for part in parts:
+        found = user.rule_for_canonical(part)
+        renamed.append(found[1] if found is not None else part)
+    transpose = layout.is_transposed(kind, parts[0].rpartition(".")[2])
+    return MapEntry(renamed[0], transpose, None, kind, tuple(renamed) if len(parts) > 1 else ())
 
 
 def _looks_like_norm(name: str, params: Mapping[str, np.ndarray]) -> bool:
@@ -625,7 +667,7 @@ def plan_map(
         sides[to] = write_map
     shapes = {n: tuple(np.shape(a)) for n, a in weights.params.items()}
     maps = {fw: _with_shapes(m, shapes) for fw, m in sides.items()}
-    notes = list(weights.notes)
+    notes = [*weights.notes, *(write_map.notes if write_map is not None else [])]
     undecided = sorted({n for m in sides.values() for n in m.undecided()})
     if undecided:
         notes.append(
@@ -690,7 +732,8 @@ def _merge_spec(base: NameMap, user: UserMap | None, spec: ModelSpec) -> NameMap
             transpose = (
                 _layout(layout, given.kind, name, 0, False) if given.kind else entry.transpose
             )
-        merged[name] = MapEntry(given.native or entry.native, transpose, entry.shape, kind)
+        parts = given.parts or entry.parts
+        merged[name] = MapEntry(given.native or entry.native, transpose, entry.shape, kind, parts)
     source = f"model {spec.name!r} with the map"
     return NameMap(base.framework, merged, base.constants, base.ignore, source=source)
 

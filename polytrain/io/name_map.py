@@ -7,7 +7,10 @@ the built-in or generic rules by :mod:`polytrain.io.convert`. Its entries are
 * exact: ``"fc.weight": {"native": "head.w", "transpose": true, "shape": [10, 784]}``,
   ``"fc.bias": "head.b"`` (short for ``{"native": ...}``), or only a layout for a tensor
   whose name is already right: ``"fc.weight": {"kind": "Linear"}`` or
-  ``{"transpose": false}``;
+  ``{"transpose": false}``; a packed tensor lists the native tensors whose rows it joins
+  (equal parts, each stored transposed when ``transpose`` says so):
+  ``"attn.in_proj_weight": {"native": ["attn.q_proj.weight", "attn.k_proj.weight",
+  "attn.v_proj.weight"], "transpose": true}``;
 * prefix (the key ends with ``.``): ``"features.": {"native": "backbone."}`` renames every
   name starting with ``features.``;
 * regex (the key starts with ``re:``): ``"re:layer(\\d+)\\.(\\d+)\\.": {"native":
@@ -32,7 +35,7 @@ import numpy as np
 
 from polytrain.backend.mismatch import compare_names, compare_shapes, name_list
 from polytrain.backend.native_format import LAYER_KINDS, PathLike
-from polytrain.errors import ConfigError
+from polytrain.errors import CheckpointError, ConfigError
 from polytrain.io import native as native_io
 from polytrain.utils.user_files import read_json
 
@@ -54,9 +57,37 @@ class MapEntry:
     transpose: bool | None = False
     shape: tuple[int, ...] | None = None  # canonical shape, checked when given
     kind: str | None = None  # the layer kind, where known (carried to the other side)
+    parts: tuple[str, ...] = ()
+    """a packed tensor (``in_proj_weight``): the native tensors whose canonical rows it
+    joins, in equal parts and in order; ``native`` is the first"""
+
+    @property
+    def natives(self) -> tuple[str, ...]:
+        return self.parts or (self.native,)
 
     def native_shape(self, canonical: tuple[int, ...]) -> tuple[int, ...]:
+        """The shape of each native tensor (of each part of a packed one)."""
+        if self.parts and canonical:
+            canonical = (canonical[0] // len(self.parts), *canonical[1:])
         return tuple(reversed(canonical)) if self.transpose else tuple(canonical)
+
+    def split(self, value: np.ndarray) -> dict[str, np.ndarray]:
+        """native name -> native tensor, from the canonical ``value``."""
+        pieces = np.split(value, len(self.parts)) if self.parts else [value]
+        return {
+            name: np.ascontiguousarray(piece.T if self.transpose else piece)
+            for name, piece in zip(self.natives, pieces, strict=True)
+        }
+
+    def join(self, tensors: Mapping[str, np.ndarray], what: str) -> np.ndarray:
+        """The canonical tensor from the native ones (the parts of a packed one joined)."""
+        pieces = [np.asarray(tensors[n]) for n in self.natives]
+        pieces = [piece.T if self.transpose else piece for piece in pieces]
+        if len({piece.shape for piece in pieces}) > 1:
+            shapes = ", ".join(f"{n} {list(np.shape(tensors[n]))}" for n in self.natives)
+            raise CheckpointError(f"{what}: the parts of a packed tensor differ: {shapes}.")
+        value = np.concatenate(pieces) if self.parts else pieces[0]
+        return np.ascontiguousarray(value)
 
 
 @dataclass
@@ -72,6 +103,7 @@ class NameMap:
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     ignore: tuple[str, ...] = ()
     source: str = "built-in"
+    notes: list[str] = field(default_factory=list)  # what writing with it changes, for the user
 
     def undecided(self) -> list[str]:
         """Canonical names whose layout is not known."""
@@ -84,8 +116,7 @@ class NameMap:
         )
         out: dict[str, np.ndarray] = {}
         for name, entry in self.entries.items():
-            value = np.asarray(params[name])
-            out[entry.native] = np.ascontiguousarray(value.T if entry.transpose else value)
+            out.update(entry.split(np.asarray(params[name])))
         out.update(self.constants)
         return out
 
@@ -93,25 +124,24 @@ class NameMap:
         """Canonical tensors from native ones; missing, unexpected or misshapen entries are
         one CheckpointError naming them in the file's own terms."""
         present = [k for k in tensors if not (self.ignore and k.endswith(self.ignore))]
-        expected = [e.native for e in self.entries.values()]
+        expected = [n for e in self.entries.values() for n in e.natives]
         compare_names(expected, present).check(f"{what} does not match {self.source}", LIST_MAX)
         want = {
-            e.native: e.native_shape(e.shape) for e in self.entries.values() if e.shape is not None
+            n: e.native_shape(e.shape)
+            for e in self.entries.values()
+            if e.shape is not None
+            for n in e.natives
         }
         wrong = compare_shapes(want, {n: tuple(np.shape(tensors[n])) for n in want})
         if wrong:
             note = native_io.get_format(self.framework).layout.note
             wrong.check(f"{what} does not fit {self.source} ({note})", LIST_MAX)
-        out = {}
-        for name, entry in self.entries.items():
-            value = np.asarray(tensors[entry.native])
-            out[name] = np.ascontiguousarray(value.T if entry.transpose else value)
-        return out
+        return {name: entry.join(tensors, what) for name, entry in self.entries.items()}
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form of this map (the format of ``--map``)."""
         return {
-            name: {"native": e.native, "transpose": e.transpose}
+            name: {"native": list(e.parts) if e.parts else e.native, "transpose": e.transpose}
             | ({"shape": list(e.shape)} if e.shape is not None else {})
             for name, e in self.entries.items()
         }
@@ -128,6 +158,7 @@ class UserEntry:
     transpose: bool | None = None
     kind: str | None = None
     shape: tuple[int, ...] | None = None
+    parts: tuple[str, ...] = ()  # a packed tensor's native parts (``native`` the first)
 
 
 @dataclass(frozen=True)
@@ -223,7 +254,7 @@ def load_map(source: PathLike | Mapping[str, Any]) -> dict[str | None, UserMap]:
 _KEYS = ("native", "transpose", "kind", "shape")
 _HOW = (
     '{"native": "name in the file", "transpose": false}, {"kind": "Linear"}, or just '
-    '"name in the file"'
+    '"name in the file" (a packed tensor: {"native": [its parts], "transpose": true})'
 )
 
 
@@ -244,7 +275,7 @@ def _parse(data: Any, what: str) -> UserMap:
             raise ConfigError(
                 f"{what}: entry {name!r} is {value!r}; write {_HOW} ({exc})."
             ) from None
-    natives = [e.native for e in out.exact.values() if e.native is not None]
+    natives = [n for e in out.exact.values() for n in (e.parts or [e.native]) if n is not None]
     dupes = sorted({n for n in natives if natives.count(n) > 1})
     if dupes:
         raise ConfigError(f"{what} maps several canonical names to {name_list(dupes, LIST_MAX)}.")
@@ -258,7 +289,13 @@ def _entry(value: Any) -> UserEntry:
     if unknown:
         raise TypeError(f"unknown keys {sorted(unknown)}")
     native = value.get("native")
-    if native is not None and not isinstance(native, str):
+    parts: tuple[str, ...] = ()
+    if isinstance(native, list):
+        parts = tuple(native)
+        if len(parts) < 2 or not all(isinstance(n, str) for n in parts):
+            raise TypeError("'native' is a name, or a list of two or more (a packed tensor)")
+        native = parts[0]
+    elif native is not None and not isinstance(native, str):
         raise TypeError("'native' is a name")
     transpose = value.get("transpose")
     if "transpose" in value and not isinstance(transpose, bool):
@@ -273,7 +310,7 @@ def _entry(value: Any) -> UserEntry:
         raise TypeError("give 'kind' or 'transpose', not both")
     shape = value.get("shape")
     return UserEntry(
-        native, transpose, kind, None if shape is None else tuple(int(s) for s in shape)
+        native, transpose, kind, None if shape is None else tuple(int(s) for s in shape), parts
     )
 
 
@@ -288,7 +325,7 @@ def known_kinds() -> list[str]:
 
 
 def _rule(key: str, entry: UserEntry) -> Rule:
-    if entry.transpose is not None or entry.shape is not None:
+    if entry.transpose is not None or entry.shape is not None or entry.parts:
         raise TypeError("a prefix or re: entry takes 'native' and 'kind' only")
     if key.startswith(REGEX):
         return _regex_rule(key, entry)

@@ -58,6 +58,14 @@ def read_optimizer_state(
         raise ConfigError(
             f"{weights.path} is a neutral checkpoint: it carries its own optimizer state."
         )
+    packed = [name for name, e in name_map.entries.items() if e.parts]
+    if packed:  # q/k/v Linears joined into PyTorch's in_proj_weight (polytrain.io.attention)
+        raise ConfigError(
+            f"polytrain does not port the optimizer state of packed attention tensors yet "
+            f"({', '.join(packed[:2])}{' ...' if len(packed) > 2 else ''}, joined from "
+            f"{len(name_map.entries[packed[0]].parts)} tensors of {weights.path}): convert "
+            "the weights without --optimizer."
+        )
     given = parse_settings(settings)
     regular_file(path, "the optimizer file (--optimizer)")  # a FIFO would block its reader
     native = native_io.get_format(weights.format).read_optimizer(path, weights.path, given)

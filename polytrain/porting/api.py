@@ -19,6 +19,7 @@ from polytrain.errors import CheckpointError, ConfigError
 from polytrain.io import native as native_io
 from polytrain.io.name_map import UNVERIFIED
 from polytrain.plugins.registry import registered_model_walkers
+from polytrain.porting.blocks import check_blocks
 from polytrain.porting.match import Pair, derived_map, match_layers, ported_state
 from polytrain.porting.verify import Verification, compare_traces
 from polytrain.utils.fileio import atomic_write_bytes
@@ -180,7 +181,9 @@ def port(
     file) is written only when verification passes; ``map_out`` and ``report_out`` (JSON)
     always. Check ``result.passed``. An output that is one of the inputs (the weights, the
     batch, a model's module; a hard link or symlink counts) is refused before anything
-    is written."""
+    is written. Options of transformer and attention blocks that no tensor shows are
+    compared first (:mod:`polytrain.porting.blocks`): one that changes the outputs and
+    differs is a ConfigError."""
     outputs = {"the output": out, "--map-out": map_out, "--report": report_out}
     batch_file = inputs if isinstance(inputs, str | os.PathLike) else None
     given = {"--weights": weights, "--input": batch_file}
@@ -193,10 +196,17 @@ def port(
     if weights is not None:
         load_weights(src_walker, src_model, weights)
     batch = make_inputs(input_shape, inputs, seed)
+    notes = check_blocks(src_walker.blocks(src_model), tgt_walker.blocks(tgt_model))
     src_trace = src_walker.trace(src_model, batch)
     pairs, left_out = match_layers(
         src_walker.layers(src_model), tgt_walker.layers(tgt_model), hints
     )
+    moved = [f"{p.source.name}={p.target.name}" for p in pairs if p.reordered]
+    if moved:
+        notes.append(
+            f"paired out of registration order (the outputs compared check it): "
+            f"{', '.join(moved[:4])}{' ...' if len(moved) > 4 else ''}"
+        )
     state, kept = ported_state(pairs, tgt_walker.state(tgt_model))
     tgt_walker.load_state(tgt_model, state)
     tgt_trace = tgt_walker.trace(tgt_model, batch)
@@ -209,7 +219,7 @@ def port(
         left_out,
         kept,
         compare_traces(pairs, src_trace, tgt_trace, tolerance),
-        src_walker.notes(src_model),
+        [*src_walker.notes(src_model), *notes],
     )
     if map_out is not None:
         _write_json(map_out, result.map_json())

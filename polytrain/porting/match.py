@@ -1,5 +1,10 @@
 """Pairs the layers of two walked models: user hints first, then the rest in order, each pair
-checked by kind, tensors and canonical shapes; builds the target's state and the map."""
+checked by kind, tensors and canonical shapes; builds the target's state and the map.
+
+An attention layer (PyTorch's roles, ``in_proj_weight`` packed) meeting a Linear on the
+other side in order is paired with the four Linears from there (query, key, value, whose
+names share a parent, then the output projection): a custom attention built of Linears
+ports to ``nn.MultiheadAttention`` and back; its output is compared at the fourth."""
 
 from __future__ import annotations
 
@@ -10,7 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from polytrain.backend.model_walker import WalkedLayer
+from polytrain.backend.model_walker import (
+    ATTENTION,
+    LayerTensor,
+    WalkedLayer,
+    attention_tensors,
+    unpack,
+)
 from polytrain.errors import ConfigError
 
 HINT_HOW = "give a hint SOURCE_LAYER=TARGET_LAYER (or SOURCE_LAYER= to leave it out)"
@@ -21,6 +32,7 @@ class Pair:
     source: WalkedLayer
     target: WalkedLayer
     hinted: bool = False
+    reordered: bool = False  # paired out of registration order (see _bring_forward)
 
 
 def _unknown(name: str, names: Sequence[str], side: str) -> ConfigError:
@@ -73,56 +85,147 @@ def match_layers(
             pairs[t] = Pair(by_source[s], by_target[t], hinted=True)
     rest_s = [layer for layer in source if layer.name not in hints]
     rest_t = [layer for layer in target if layer.name not in pairs]
-    for s_layer, t_layer in zip(rest_s, rest_t, strict=False):
+    i = j = 0
+    while i < len(rest_s) and j < len(rest_t):
+        s_layer, t_layer = rest_s[i], rest_t[j]
         why = mismatch(s_layer, t_layer, check_kind=True)
+        step_s = step_t = 1
+        if why and {s_layer.kind, t_layer.kind} == {ATTENTION, "Linear"}:
+            grouped = _grouped(rest_s, i, t_layer, rest_t, j)
+            if grouped is not None:
+                s_layer, t_layer, step_s, step_t = grouped
+                why = None
+        reordered = bool(why) and _bring_forward(rest_s, i, rest_t, j)
+        if reordered:
+            s_layer, t_layer, why = rest_s[i], rest_t[j], None
         if why:
             raise ConfigError(
                 f"Layers in order do not match at source {s_layer.name!r} and target "
                 f"{t_layer.name!r}: {why}: {s_layer.describe()} and {t_layer.describe()}. "
                 f"Check the target's layer order, or {HINT_HOW}."
             )
-        pairs[t_layer.name] = Pair(s_layer, t_layer)
-    if len(rest_s) != len(rest_t):
-        side, extra = (
-            ("source", rest_s[len(rest_t) :])
-            if len(rest_s) > len(rest_t)
-            else ("target", rest_t[len(rest_s) :])
-        )
+        pairs[rest_t[j].name] = Pair(s_layer, t_layer, reordered=reordered)
+        i, j = i + step_s, j + step_t
+    if i < len(rest_s) or j < len(rest_t):
+        side, extra = ("source", rest_s[i:]) if i < len(rest_s) else ("target", rest_t[j:])
         names = ", ".join(layer.describe() for layer in extra[:3])
         raise ConfigError(
             f"The {side} has {len(extra)} layer(s) with tensors left unmatched: {names}"
             f"{' ...' if len(extra) > 3 else ''}; {HINT_HOW}."
         )
     left_out = [s for s, t in hints.items() if not t]
-    return [pairs[layer.name] for layer in target], left_out
+    return [pairs[layer.name] for layer in target if layer.name in pairs], left_out
+
+
+LOOKAHEAD = 3  # how far out of registration order a layer may pair
+
+
+def _bring_forward(source: list[WalkedLayer], i: int, target: list[WalkedLayer], j: int) -> bool:
+    """Where ``source[i]`` and ``target[j]`` cannot pair: move a layer of one side that
+    pairs with the other's from at most LOOKAHEAD places on, past layers of other kinds
+    only, to position ``i`` or ``j``. Kinds cannot be confused: Hugging Face's BERT
+    registers a layer's attention LayerNorm before its feed-forward Linears, PaddleNLP's
+    after; two Linears out of order stay a question for the user (a hint)."""
+    for mine, other, at, fixed in ((target, source, j, i), (source, target, i, j)):
+        for k in range(at + 1, min(at + 1 + LOOKAHEAD, len(mine))):
+            if mine[k].kind in {layer.kind for layer in mine[at:k]}:
+                break
+            if mismatch(other[fixed], mine[k], check_kind=True) is None:
+                mine.insert(at, mine.pop(k))
+                return True
+    return False
+
+
+def _grouped(
+    source: Sequence[WalkedLayer], i: int, t_layer: WalkedLayer,
+    target: Sequence[WalkedLayer], j: int,
+) -> tuple[WalkedLayer, WalkedLayer, int, int] | None:  # fmt: skip
+    """(source, target, layers used on each side) where four Linears on one side, from
+    ``i`` or ``j``, form the attention layer the other side has there; else None."""
+    if t_layer.kind == ATTENTION:
+        group = attention_group(source[i : i + 4])
+        if group is not None and mismatch(group, t_layer, check_kind=True) is None:
+            return group, t_layer, 4, 1
+        return None
+    group = attention_group(target[j : j + 4])
+    if group is not None and mismatch(source[i], group, check_kind=True) is None:
+        return source[i], group, 1, 4
+    return None
+
+
+def attention_group(layers: Sequence[WalkedLayer]) -> WalkedLayer | None:
+    """Four Linears as one attention layer with PyTorch's roles (q, k, v weights packed),
+    named by the parent of the first three (which must share one), traced at the fourth;
+    None when they are not four Linears of that form."""
+    if len(layers) != 4 or any(layer.kind != "Linear" for layer in layers):
+        return None
+    parents = {layer.name.rpartition(".")[0] for layer in layers[:3]}
+    roles = [{"weight"}, {"weight", "bias"}]
+    if len(parents) != 1 or any(set(layer.tensors) not in roles for layer in layers):
+        return None
+    q, k, v, out = (layer.tensors for layer in layers)
+    e = q["weight"].canonical.shape[0]
+    if any(t["weight"].canonical.shape[0] != e for t in (k, v)) or out[
+        "weight"
+    ].canonical.shape != (e, e):
+        return None
+    if len({frozenset(t) for t in (q, k, v)}) != 1:
+        return None
+    names = "/".join(layer.name.rpartition(".")[2] for layer in layers)
+    return WalkedLayer(
+        parents.pop(), ATTENTION, f"Linear x4: {names}", attention_tensors(q, k, v, out),
+        output=layers[3].name,
+    )  # fmt: skip
 
 
 def ported_state(
     pairs: Sequence[Pair], target_state: Mapping[str, np.ndarray]
 ) -> tuple[dict[str, np.ndarray], list[str]]:
     """The target's whole state with every paired tensor replaced by its source, in the
-    target's layout and dtype; and the target's entries kept as they were."""
+    target's layout and dtype (a packed target tensor split into its parts); and the
+    target's entries kept as they were."""
     state = {k: np.asarray(v) for k, v in target_state.items()}
     ported = set()
     for pair in pairs:
         for role, t in pair.target.tensors.items():
             value = pair.source.tensors[role].canonical
-            value = value.T if t.transpose else value
-            state[t.native] = np.ascontiguousarray(value, dtype=state[t.native].dtype)
-            ported.add(t.native)
+            pieces = unpack(value, len(t.parts)) if t.parts else [value]
+            for part, piece in zip(t.parts or (t,), pieces, strict=True):
+                piece = piece.T if part.transpose else piece
+                state[part.native] = np.ascontiguousarray(piece, dtype=state[part.native].dtype)
+                ported.add(part.native)
     return state, [k for k in state if k not in ported]
 
 
 def derived_map(pairs: Sequence[Pair]) -> dict[str, dict[str, Any]]:
     """target (canonical) name -> where it comes from in the source's state: the JSON of
-    ``polytrain convert --map``."""
+    ``polytrain convert --map``. A source tensor packed from parts (Paddle's q/k/v
+    projections) lists them: ``{"native": [q, k, v], "transpose": true}``; into a target
+    that keeps them apart too, part for part; a target packed from parts (written back to
+    Paddle's q/k/v) by its canonical name."""
     out: dict[str, dict[str, Any]] = {}
     for pair in pairs:
         for role, t in pair.target.tensors.items():
             s = pair.source.tensors[role]
-            out[t.native] = {
-                "native": s.native,
-                "transpose": s.transpose,
-                "shape": list(s.canonical.shape),
-            }
+            if t.parts and len(t.parts) == len(s.parts):  # part for part (q, k, v Linears)
+                out.update(_entry(tp.native, sp) for tp, sp in zip(t.parts, s.parts, strict=True))
+                continue
+            key = f"{pair.target.name}.{role}" if t.parts and pair.target.name else t.native
+            out.update([_entry(key, s)])
     return out
+
+
+def _entry(key: str, s: LayerTensor) -> tuple[str, dict[str, Any]]:
+    return key, {
+        "native": list(s.natives) if s.parts else s.native,
+        "transpose": _transpose(s),
+        "shape": list(s.canonical.shape),
+    }
+
+
+def _transpose(tensor: LayerTensor) -> bool:
+    """Whether the tensor (every part of a packed one) is stored transposed."""
+    flags = {p.transpose for p in tensor.parts} or {tensor.transpose}
+    if len(flags) != 1:
+        raise ConfigError(f"{tensor.native}: its parts differ in layout; no map can say so.")
+    return flags.pop()

@@ -85,6 +85,9 @@ def _row(layer: str, source: str, s: np.ndarray | None, t: np.ndarray | None, to
             layer, source, [] if t is None else list(t.shape), [] if s is None else list(s.shape),
             None, None, ok=False, problem=f"the {missing} layer did not run",
         )  # fmt: skip
+    if s.shape != t.shape and s.ndim == t.ndim and _broadcasts(s.shape, t.shape):
+        s, t = np.broadcast_arrays(s, t)  # one computed once for the batch (a position
+        # embedding of [1, T]), the other per sample: the same values where they exist
     if s.shape != t.shape:
         return Row(
             layer, source, list(t.shape), list(s.shape), None, None, ok=False,
@@ -98,22 +101,28 @@ def _row(layer: str, source: str, s: np.ndarray | None, t: np.ndarray | None, to
     return Row(layer, source, list(t.shape), list(s.shape), diff, relative, ok)
 
 
+def _broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Whether the two shapes differ only where one of them is 1."""
+    return all(x == y or 1 in (x, y) for x, y in zip(a, b, strict=True))
+
+
 def compare_traces(
     pairs: Sequence[Pair], source: Trace, target: Trace, tolerance: float
 ) -> Verification:
     """Rows in the order the target ran its layers (layers neither model ran are skipped),
     then the models' outputs."""
     result = Verification(tolerance)
-    by_target = {pair.target.name: pair for pair in pairs}
+    by_target = {pair.target.traced: pair for pair in pairs}
     ran = [name for name in target.layers if name in by_target]
     ran += [
-        p.target.name
+        p.target.traced
         for p in pairs
-        if p.target.name not in target.layers and p.source.name in source.layers
+        if p.target.traced not in target.layers and p.source.traced in source.layers
     ]
     for name in ran:
         pair = by_target[name]
-        s_out = source.layers.get(pair.source.name)
-        result.rows.append(_row(name, pair.source.name, s_out, target.layers.get(name), tolerance))
+        s_out = source.layers.get(pair.source.traced)
+        t_out = target.layers.get(name)
+        result.rows.append(_row(pair.target.name, pair.source.name, s_out, t_out, tolerance))
     result.rows.append(_row(OUTPUT, OUTPUT, source.output, target.output, tolerance))
     return result
