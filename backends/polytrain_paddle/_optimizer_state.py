@@ -38,11 +38,12 @@ from typing import Any
 
 import numpy as np
 
-from polytrain.backend.lr_schedule import paddle_schedule
 from polytrain.backend.native_format import PathLike
 from polytrain.backend.optimizer_file import OptimizerFile, resolve_hyper
 from polytrain.errors import CheckpointError, ConfigError
 from polytrain.utils import safe_pickle
+
+from ._lr_schedule import paddle_schedule
 
 NAME_TABLE = "StructuredToParameterName@@"
 SCHEDULER = "LR_Scheduler"
