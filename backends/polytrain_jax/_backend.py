@@ -91,8 +91,9 @@ class JaxBackend(Backend):
         hosts = jax.devices("cpu")
         if index is not None and index >= len(hosts):
             raise ConfigError(
-                f"Device {name!r}: jax was started with {len(hosts)} host devices; set "
-                f"{_env.DEVICES_ENV}={index + 1} (or more) before polytrain loads jax."
+                f"Device {name!r}: jax started with {len(hosts)} host device(s) (XLA reads "
+                f"XLA_FLAGS once): set {_env.DEVICES_ENV}={index + 1} or more, or, where jax "
+                f"is imported before polytrain, XLA_FLAGS={_env.COUNT_FLAG}={index + 1}."
             )
         return JaxDevice(name, hosts[index or 0])
 

@@ -34,7 +34,8 @@ class KeyMasks:
         self.calls += 1
         if p >= 1.0:
             return jnp.zeros(shape, dtype)
-        keep = jax.random.uniform(sub, shape, dtype=jnp.float32) >= p
+        zero, one = np.float32(0), np.float32(1)  # not float64 under the scoped x64 flag
+        keep = jax.random.uniform(sub, shape, jnp.float32, zero, one) >= np.float32(p)
         return keep.astype(dtype) / jnp.asarray(1.0 - p, dtype)
 
 
