@@ -228,7 +228,8 @@ class BackendConformance:
         assert len(got) == 3
         for t in got:
             np.testing.assert_allclose(backend.to_numpy(t), want, rtol=0, atol=1e-6)
-        shares = backend.broadcasted(tensors, src=1)
+        tensors = [backend.to_tensor(np.full((2, 3), i, np.float32), d) for i, d in enumerate(devs)]
+        shares = backend.broadcasted(tensors, src=2)
         for t in shares:
             np.testing.assert_array_equal(backend.to_numpy(t), np.full((2, 3), 2, np.float32))
 
