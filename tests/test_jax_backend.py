@@ -32,9 +32,11 @@ def dropout_mlp() -> ModelSpec:
     return ModelSpec("dropout-mlp", seq(*layers), input_shape=(3, 2, 2))
 
 
-def train(name: str, devices: str, accumulate: int, clip: float | None) -> dict[str, Any]:
+def train(
+    name: str, devices: str, accumulate: int, clip: float | None, fast: bool
+) -> dict[str, Any]:
     """Three fp64 adam steps of a dropout MLP under parity masks: params and slots."""
-    backend = get_backend(name)
+    backend = get_backend(name, fast=fast)
     spec = dropout_mlp()
     model = backend.build_model(spec, backend.devices(devices), dtype="float64")
     backend.set_params(model, spec.init_params(seed=3))
@@ -50,15 +52,25 @@ def train(name: str, devices: str, accumulate: int, clip: float | None) -> dict[
 
 
 @pytest.mark.parametrize(
-    ("devices", "accumulate", "clip"),
-    [("cpu", 1, None), ("cpu", 1, 0.05), ("cpu", 2, None), ("cpu:2", 1, None)],
-    ids=["fused", "clipped", "accumulated", "two-devices"],
+    ("devices", "accumulate", "clip", "fast"),
+    [
+        ("cpu", 1, None, True),
+        ("cpu", 1, 0.05, True),
+        ("cpu", 2, None, True),
+        ("cpu:2", 1, None, True),
+        ("cpu", 1, None, False),
+        ("cpu:2", 1, None, False),
+    ],
+    ids=["fused", "clipped", "accumulated", "two-devices", "fused-eager", "two-devices-eager"],
 )
-def test_steps_equal_numpy_in_float64(devices: str, accumulate: int, clip: float | None) -> None:
-    """The fused step (update in the same program), and the unfused ones (clipping,
-    micro-batches, replicas) equal the numpy backend to 1e-12: parameters, adam's slots,
-    losses, with parity dropout masks and a learning rate that changes every step."""
-    want, got = (train(n, devices, accumulate, clip) for n in ("numpy", "jax"))
+def test_steps_equal_numpy_in_float64(
+    devices: str, accumulate: int, clip: float | None, fast: bool
+) -> None:
+    """The jit-compiled fused step (update in the same program), the unfused ones
+    (clipping, micro-batches, replicas), and the same run op by op (--no-fast) equal the
+    numpy backend to 1e-12: parameters, adam's slots, losses, with parity dropout masks
+    and a learning rate that changes every step."""
+    want, got = (train(n, devices, accumulate, clip, fast) for n in ("numpy", "jax"))
     np.testing.assert_allclose(got["losses"], want["losses"], rtol=0, atol=1e-12)
     for k, v in want["params"].items():
         np.testing.assert_allclose(got["params"][k], v, rtol=0, atol=1e-12, err_msg=k)
@@ -72,7 +84,7 @@ def test_float32_step_program_has_no_float64() -> None:
     compiled program (forward, gradients, fused update) computes nothing in float64."""
     import jax
 
-    backend = get_backend("jax")
+    backend = get_backend("jax", fast=True)
     spec = dropout_mlp()
     model = backend.build_model(spec)
     opt = backend.make_optimizer(model, OptimizerConfig(name="adam"))
@@ -80,6 +92,7 @@ def test_float32_step_program_has_no_float64() -> None:
     runner = StepRunner(backend, model, opt)
     runner.train_step(x, y)
     (program,) = [p for k, p in model.programs.items() if not isinstance(k, str)]  # type: ignore[attr-defined]
+    assert hasattr(program, "lower")  # jax.jit's
     from polytrain_jax._model import x64
 
     with x64():

@@ -22,6 +22,7 @@ from polytrain.backend.autodiff import ShardStep
 from polytrain.backend.base import Backend, Device, Model, check_params
 from polytrain.backend.collectives import check_reduce_op
 from polytrain.backend.devices import split_device_name
+from polytrain.backend.functional import FunctionalOps
 from polytrain.backend.identity import CompileProfile
 from polytrain.backend.precision import PrecisionSupport, check_dtype
 from polytrain.errors import BackendError, ConfigError
@@ -35,7 +36,7 @@ from ._masks import KeyMasks, dropout_calls, parity_masks
 from ._model import JaxDevice, JaxModel, Speculative, x64
 from ._net import Context, build
 from ._optim import JaxOptimizer
-from ._recorded import Recorded, ReplayedMasks, value
+from ._recorded import Recorded, ReplayedMasks, ReplicaLeaf, lift, recorded_leaf, value
 from ._step import StepKind, eval_program, step_program
 
 ONE_PROCESS = (
@@ -224,7 +225,7 @@ class JaxBackend(Backend):
         first = parity if dropout_masks.parity_active() else KeyMasks(key)
         y, updates = run(m.params[replica], first)
         m.buffers[replica] = buffers | updates
-        return Recorded(y, lambda p: run(p, source())[0], m, replica)
+        return recorded_leaf(ReplicaLeaf(m, replica), y, lambda p: run(p, source())[0])
 
     def _next_key(self) -> Any:
         self._draws += 1
@@ -257,7 +258,7 @@ class JaxBackend(Backend):
 
     def _lift(self, f: Callable[[Any], Any], x: Any) -> Any:
         with x64():
-            return x.then(f) if isinstance(x, Recorded) else f(x)
+            return lift(f, x)
 
     def count_correct(self, logits: Any, labels: Any) -> Any:
         with x64():
@@ -271,12 +272,16 @@ class JaxBackend(Backend):
         if not isinstance(loss, Recorded):
             raise BackendError(
                 "jax backend: backward needs a loss computed from a training forward pass "
-                "(forward(..., train=True))."
+                "(forward(..., train=True)) or from functional parameters."
             )
-        m = JaxModel.of(loss.model)
         with x64():
-            grads = jax.grad(loss.fn)(m.params[loss.replica])
-            m.add_grads(loss.replica, grads)
+            values = {k: leaf.current() for k, leaf in loss.leaves.items()}
+            fn = loss.fn if loss.ndim == 0 else lambda v: loss.fn(v).sum()  # one element
+            if loss.value.size != 1:
+                raise BackendError(f"jax backend: backward of a loss of shape {loss.shape}.")
+            grads = jax.grad(fn)(values)
+            for k, leaf in loss.leaves.items():
+                leaf.accumulate(grads[k])
 
     def loss_and_gradients(
         self, model: Model, xs: Sequence[Any], ys: Sequence[Any], *, loss: LossSpec,
@@ -361,6 +366,11 @@ class JaxBackend(Backend):
         self._map_grads(model, lambda g: g * inv_scale)
         grads = JaxModel.of(model).grads
         return all(bool(jnp.isfinite(a).all()) for g in grads if g for a in g.values())
+
+    def functional(self) -> FunctionalOps:
+        from ._ops import JaxOps
+
+        return JaxOps(self)
 
     # -- precision, processes -------------------------------------------------------------
 

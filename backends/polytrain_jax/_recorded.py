@@ -1,27 +1,100 @@
-"""The imperative verbs over a functional framework: a training forward pass returns a
-:class:`Recorded` value (the array, and the function of the replica's trainable
-parameters that recomputes it, dropout masks replayed); losses and ``scale_loss`` extend
-that function; ``backward`` differentiates it with ``jax.grad``. The step verb
-(:mod:`._step`) does not go through here: this path serves the contract's single verbs
-(the conformance suite, hand-written loops)."""
+"""The imperative verbs over a functional framework: a small lazy tape.
+
+A training forward pass (or an op of :mod:`._ops` on a parameter) returns a
+:class:`Recorded` value: the array, the *leaves* it depends on (a model replica's
+parameters, or a functional :class:`Parameter`) and the function of the leaves' values
+that recomputes it (dropout masks replayed). Losses, ``scale_loss`` and further ops extend
+that function; ``backward`` differentiates it with ``jax.grad`` and hands each leaf its
+gradient. The step verb (:mod:`._step`) does not go through here: this path serves the
+contract's single verbs (the conformance suite, hand-written loops).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 
 from polytrain.neutral import dropout_masks
 
-from ._net import Array, State
+from ._net import Array
+
+Values = dict[int, Any]  # leaf key -> its current value (an array, or a dict of arrays)
+_STATE = threading.local()
+
+
+def recording() -> bool:
+    """False inside :func:`no_grad`."""
+    return not getattr(_STATE, "off", False)
+
+
+@contextlib.contextmanager
+def no_grad() -> Iterator[None]:
+    before = getattr(_STATE, "off", False)
+    _STATE.off = True
+    try:
+        yield
+    finally:
+        _STATE.off = before
+
+
+class Leaf:
+    """Something gradients flow into: ``current()`` its value, ``accumulate(grad)``."""
+
+    def current(self) -> Any:
+        raise NotImplementedError
+
+    def accumulate(self, grad: Any) -> None:
+        raise NotImplementedError
+
+
+class ReplicaLeaf(Leaf):
+    """The trainable parameters of one replica of a model (a dict by canonical name)."""
+
+    def __init__(self, model: Any, replica: int) -> None:
+        self.model, self.replica = model, replica
+
+    def current(self) -> Any:
+        return self.model.params[self.replica]
+
+    def accumulate(self, grad: Any) -> None:
+        self.model.add_grads(self.replica, grad)
+
+
+class Parameter(Leaf):
+    """A functional parameter (``ops.parameter``): a mutable holder of an array whose
+    gradient, zero at first, accumulates over backward calls."""
+
+    def __init__(self, value: Array) -> None:
+        self.value, self.grad = value, jnp.zeros_like(value)
+
+    def current(self) -> Any:
+        return self.value
+
+    def accumulate(self, grad: Any) -> None:
+        self.grad = self.grad + grad
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.value.shape)
+
+    @property
+    def dtype(self) -> Any:
+        return self.value.dtype
+
+    def __array__(self, dtype: Any = None) -> np.ndarray:
+        return np.asarray(self.value, dtype=dtype)
 
 
 class Recorded:
-    """A value of a recorded forward pass of replica ``replica`` of ``model``."""
+    """A value computed from ``leaves`` by ``fn`` (of the leaves' values, by key)."""
 
-    def __init__(self, value: Array, fn: Callable[[State], Array], model: Any, replica: int):
-        self.value, self.fn, self.model, self.replica = value, fn, model, replica
+    def __init__(self, value: Array, fn: Callable[[Values], Array], leaves: dict[int, Leaf]):
+        self.value, self.fn, self.leaves = value, fn, leaves
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -36,9 +109,7 @@ class Recorded:
         return int(self.value.ndim)
 
     def then(self, f: Callable[[Array], Array]) -> Recorded:
-        """``f`` of this value, recorded."""
-        fn = self.fn
-        return Recorded(f(self.value), lambda p: f(fn(p)), self.model, self.replica)
+        return lift(f, self)
 
     def __mul__(self, k: Any) -> Recorded:
         return self.then(lambda v: v * k)
@@ -53,8 +124,42 @@ class Recorded:
 
 
 def value(x: Any) -> Any:
-    """The array of a recorded value (anything else as it is)."""
-    return x.value if isinstance(x, Recorded) else x
+    """The array of a recorded value or parameter (anything else as it is)."""
+    return x.value if isinstance(x, Recorded | Parameter) else x
+
+
+def _as_recorded(x: Any) -> Recorded | None:
+    if isinstance(x, Recorded):
+        return x
+    if isinstance(x, Parameter):
+        key = id(x)
+        return Recorded(x.value, lambda values: values[key], {key: x})
+    return None
+
+
+def lift(f: Callable[..., Array], *args: Any) -> Any:
+    """``f`` of the arguments' values; recorded when any argument is (and recording is on)."""
+    values = [value(a) for a in args]
+    out = f(*values)
+    recorded = [_as_recorded(a) for a in args] if recording() else []
+    if not any(r is not None for r in recorded):
+        return out
+    leaves: dict[int, Leaf] = {}
+    for r in recorded:
+        if r is not None:
+            leaves |= r.leaves
+
+    def fn(vals: Values) -> Array:
+        inputs = [r.fn(vals) if r is not None else v for r, v in zip(recorded, values, strict=True)]
+        return f(*inputs)
+
+    return Recorded(out, fn, leaves)
+
+
+def recorded_leaf(leaf: ReplicaLeaf, value: Array, fn: Callable[[Any], Array]) -> Recorded:
+    """A model replica's forward output: ``fn`` of that replica's parameters."""
+    key = -(id(leaf.model) * 1000 + leaf.replica)  # parameters' keys are positive ids
+    return Recorded(value, lambda values: fn(values[key]), {key: leaf})
 
 
 class ReplayedMasks:

@@ -27,6 +27,7 @@ from polytrain.backend.functional import FunctionalOps, Tensor
 from polytrain.neutral import reference
 from polytrain.neutral.models import get_model_spec
 from polytrain.plugins.registry import get_backend
+from polytrain.testing.capabilities import INPLACE_COLLECTIVES, require
 from polytrain.testing.conformance import FORWARD_ATOL, GRAD_ATOL
 
 # d2l's LeNet parameters, in d2l's own layout: dense weights are [in, out].
@@ -230,8 +231,8 @@ class FunctionalConformance:
         a = _data((3,), 7)
         t = backend.to_tensor(a, devs[0])
         for dev in devs:  # the same device too: an emulated copy must not share memory
-            c = ops.copy_to(t, dev)
-            backend.allreduce([c, backend.to_tensor(np.ones(3, np.float32), dev)], "sum")
+            c = ops.copy_to(t, dev)  # reduced in place where the backend can (the default)
+            (c, _) = backend.all_reduced([c, backend.to_tensor(np.ones(3, np.float32), dev)], "sum")
             np.testing.assert_allclose(backend.to_numpy(c), a + 1, atol=1e-6)
             np.testing.assert_array_equal(backend.to_numpy(t), a)
 
@@ -329,7 +330,9 @@ class FunctionalConformance:
         self, backend: Backend, ops: FunctionalOps, n: int
     ) -> None:
         """d2l's hand-written step on n emulated devices (10 samples: uneven for 3)
-        equals the whole batch on one device, and every device ends with the same copy."""
+        equals the whole batch on one device, and every device ends with the same copy.
+        It sums gradients in place (d2l's ``allreduce``): skipped where arrays are immutable."""
+        require(backend, INPLACE_COLLECTIVES)
         params = d2l_lenet_params(seed=3, scale=0.1)
         x, y = _data((10, 1, 28, 28), 18), _labels(10, 18)
         results = {}
