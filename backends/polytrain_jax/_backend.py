@@ -26,6 +26,7 @@ from polytrain.backend.functional import FunctionalOps
 from polytrain.backend.identity import CompileProfile
 from polytrain.backend.precision import PrecisionSupport, check_dtype
 from polytrain.errors import BackendError, ConfigError
+from polytrain.neutral import dropout_masks
 from polytrain.neutral.losses import LossSpec
 from polytrain.neutral.models import ModelSpec, is_buffer
 from polytrain.neutral.optim import Optimizer, OptimizerConfig
@@ -36,7 +37,7 @@ from ._masks import KeyMasks, dropout_calls, parity_masks
 from ._model import JaxDevice, JaxModel, Speculative, x64
 from ._net import Context, build
 from ._optim import JaxOptimizer
-from ._recorded import Recorded, ReplayedMasks, ReplicaLeaf, lift, recorded_leaf, value
+from ._recorded import Recorded, ReplayedMasks, ReplicaLeaf, lift, recorded_forward, value
 from ._step import StepKind, eval_program, step_program
 
 ONE_PROCESS = (
@@ -199,12 +200,11 @@ class JaxBackend(Backend):
     def forward(self, model: Model, x: Any, *, replica: int = 0, train: bool = False) -> Any:
         m = JaxModel.of(model)
         with x64():
-            x = self._input(x, m, replica)
             assert m.apply is not None
             apply = m.apply
             if not train:
                 run = self._compiled(m, "eval", lambda: eval_program(apply))
-                return run(m.state(replica), x)
+                return run(m.state(replica), self._input(x, m, replica))
             return self._recorded_forward(m, x, replica)
 
     def _recorded_forward(self, m: JaxModel, x: Any, replica: int) -> Recorded:
@@ -212,20 +212,20 @@ class JaxBackend(Backend):
         apply, buffers = m.apply, m.buffers[replica]
         key = self._next_key()
         parity = ReplayedMasks()
+        xv = self._input(x, m, replica)
 
-        def run(p: dict[str, Any], masks: Any) -> tuple[Any, dict[str, Any]]:
+        def run(p: dict[str, Any], masks: Any, xin: Any) -> tuple[Any, dict[str, Any]]:
             ctx = Context(train=True, mask=masks)
-            return apply(p | buffers, x, ctx), ctx.updates
+            return apply(p | buffers, xin, ctx), ctx.updates
 
         def source() -> Any:
             return parity.replay() if parity.masks else KeyMasks(key)
 
-        from polytrain.neutral import dropout_masks
-
         first = parity if dropout_masks.parity_active() else KeyMasks(key)
-        y, updates = run(m.params[replica], first)
+        y, updates = run(m.params[replica], first, xv)
         m.buffers[replica] = buffers | updates
-        return recorded_leaf(ReplicaLeaf(m, replica), y, lambda p: run(p, source())[0])
+        leaf = ReplicaLeaf(m, replica)
+        return recorded_forward(leaf, y, lambda p, xin: run(p, source(), xin)[0], x, xv)
 
     def _next_key(self) -> Any:
         self._draws += 1
@@ -249,12 +249,12 @@ class JaxBackend(Backend):
     def cross_entropy(
         self, logits: Any, labels: Any, reduction: str = "mean", ignore_index: int | None = None
     ) -> Any:
-        return self._lift(
-            lambda z: _losses.cross_entropy(z, value(labels), reduction, ignore_index), logits
-        )
+        y = _beside(labels, logits)
+        return self._lift(lambda z: _losses.cross_entropy(z, y, reduction, ignore_index), logits)
 
     def loss(self, outputs: Any, targets: Any, loss: LossSpec, reduction: str = "sum") -> Any:
-        return self._lift(lambda z: _losses.named_loss(loss, z, value(targets), reduction), outputs)
+        y = _beside(targets, outputs)
+        return self._lift(lambda z: _losses.named_loss(loss, z, y, reduction), outputs)
 
     def _lift(self, f: Callable[[Any], Any], x: Any) -> Any:
         with x64():
@@ -262,7 +262,7 @@ class JaxBackend(Backend):
 
     def count_correct(self, logits: Any, labels: Any) -> Any:
         with x64():
-            return _losses.count_correct(value(logits), value(labels))
+            return _losses.count_correct(value(logits), _beside(labels, logits))
 
     def sum_counts(self, counts: Sequence[Any]) -> Any:
         with x64():
@@ -367,6 +367,11 @@ class JaxBackend(Backend):
         grads = JaxModel.of(model).grads
         return all(bool(jnp.isfinite(a).all()) for g in grads if g for a in g.values())
 
+    def copy_to(self, tensor: Any, device: Device) -> Any:
+        """``tensor`` on ``device``; recorded, so backward carries its gradient back."""
+        with x64():
+            return lift(lambda a: jax.device_put(a, device.device), tensor)
+
     def functional(self) -> FunctionalOps:
         from ._ops import JaxOps
 
@@ -406,3 +411,12 @@ class JaxBackend(Backend):
 def _device_of(tensor: Any) -> Any:
     (device,) = value(tensor).devices()
     return device
+
+
+def _beside(targets: Any, outputs: Any) -> Any:
+    """``targets`` on the device of ``outputs`` (a pipeline's last stage computes them)."""
+    y, z = value(targets), value(outputs)
+    if isinstance(y, jax.Array) and isinstance(z, jax.Array) and y.devices() != z.devices():
+        with x64():
+            return jax.device_put(y, _device_of(z))
+    return y

@@ -156,10 +156,20 @@ def lift(f: Callable[..., Array], *args: Any) -> Any:
     return Recorded(out, fn, leaves)
 
 
-def recorded_leaf(leaf: ReplicaLeaf, value: Array, fn: Callable[[Any], Array]) -> Recorded:
-    """A model replica's forward output: ``fn`` of that replica's parameters."""
+def recorded_forward(
+    leaf: ReplicaLeaf, value: Array, fn: Callable[[Any, Array], Array], x: Any, x_value: Array
+) -> Recorded:
+    """A model replica's forward output: ``fn(parameters, input)``; an input that is itself
+    recorded (a pipeline's previous stage) stays in the recorded function."""
     key = -(id(leaf.model) * 1000 + leaf.replica)  # parameters' keys are positive ids
-    return Recorded(value, lambda values: fn(values[key]), {key: leaf})
+    upstream = x if isinstance(x, Recorded) and recording() else None
+    leaves: dict[int, Leaf] = {key: leaf} | (upstream.leaves if upstream else {})
+
+    def recompute(values: Values) -> Array:
+        xin = x_value if upstream is None else upstream.fn(values).astype(x_value.dtype)
+        return fn(values[key], xin)
+
+    return Recorded(value, recompute, leaves)
 
 
 class ReplayedMasks:
