@@ -316,8 +316,6 @@ class JaxBackend(Backend):
 
     def _dropout_calls(self, m: JaxModel, x: Any) -> list[tuple[tuple[int, ...], float]]:
         """The shapes of a training pass's dropout calls (only under parity masks)."""
-        from polytrain.neutral import dropout_masks
-
         if not dropout_masks.parity_active():
             return []
         key = ("dropout-calls", tuple(x.shape), str(x.dtype))
