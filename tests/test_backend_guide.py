@@ -75,3 +75,34 @@ def test_a_toy_backend_trains_as_its_framework_does() -> None:
     assert (toy_step.loss_sum, toy_step.correct) == (step.loss_sum, step.correct)
     for k, v in params.items():
         np.testing.assert_array_equal(toy_params[k], v, err_msg=k)
+
+
+def test_what_a_plugin_does_not_declare_is_skipped_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A toy plugin declaring no LSTM, no float64, no cpu:N or only returned collectives:
+    those tests of the suite skip, each naming what is missing; a declared layer runs."""
+    from polytrain.backend.capabilities import Capabilities
+    from polytrain.plugins.info import BackendInfo
+    from polytrain.testing import capabilities
+
+    backend = toy_backend(checklist_verbs())
+    suite = BackendConformance()
+    lstm = next(c for c in LAYER_CASES if c.id == "lstm")
+    no_lstm = tuple(n for n in Capabilities().layers if n != "LSTM")
+    cases = [
+        (Capabilities(layers=no_lstm), "layer types LSTM",
+         lambda: suite.test_layer_forward_and_backward(backend, lstm)),
+        (Capabilities(dtypes=("float32",)), "fp64: its plugin's capabilities list no float64",
+         lambda: suite.test_float64_forward_matches_numpy(backend, "lenet")),
+        (Capabilities(devices=("cpu",)), "emulated devices: its devices are cpu:",
+         lambda: suite.test_split_and_load(backend)),
+        (Capabilities(collectives=("returned",)), "in-place collectives",
+         lambda: suite.test_allreduce(backend, "sum")),
+    ]  # fmt: skip
+    for declared, reason, run in cases:
+        info = BackendInfo("toy", "numpy", "numpy", lambda o: backend, capabilities=declared)
+        monkeypatch.setattr(capabilities, "registered_backends", lambda i=info: {"toy": i})
+        with pytest.raises(pytest.skip.Exception, match=f"backend 'toy' does not declare {reason}"):
+            run()
+    suite.test_layer_forward_and_backward(backend, next(c for c in LAYER_CASES if c.id == "gru"))
