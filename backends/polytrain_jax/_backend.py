@@ -37,7 +37,15 @@ from ._masks import KeyMasks, dropout_calls, parity_masks
 from ._model import JaxDevice, JaxModel, Speculative, x64
 from ._net import Context, build
 from ._optim import JaxOptimizer
-from ._recorded import Recorded, ReplayedMasks, ReplicaLeaf, lift, recorded_forward, value
+from ._recorded import (
+    GradHandle,
+    Recorded,
+    ReplayedMasks,
+    ReplicaLeaf,
+    lift,
+    recorded_forward,
+    value,
+)
 from ._step import StepKind, eval_program, step_program
 
 ONE_PROCESS = (
@@ -115,30 +123,40 @@ class JaxBackend(Backend):
     # -- collectives: new arrays ----------------------------------------------------------
 
     def allreduce(self, tensors: Sequence[Any], op: str) -> None:
-        raise BackendError(
-            "jax arrays are immutable: the jax backend cannot reduce in place; use "
-            "Backend.all_reduced, which returns the reduced arrays."
-        )
+        """In place only on the gradients of functional parameters (handles that
+        :meth:`JaxOps.grad` gives, d2l's all-reduce); arrays are immutable."""
+        if not (tensors and all(isinstance(t, GradHandle) for t in tensors)):
+            raise BackendError(
+                "jax arrays are immutable: the jax backend cannot reduce in place; use "
+                "Backend.all_reduced, which returns the reduced arrays."
+            )
+        for t, total in zip(tensors, self.all_reduced(tensors, op), strict=True):
+            t.set(total)
 
     def broadcast(self, tensors: Sequence[Any], src: int = 0) -> None:
-        raise BackendError(
-            "jax arrays are immutable: the jax backend cannot broadcast in place; use "
-            "Backend.broadcasted, which returns the arrays."
-        )
+        if not (tensors and all(isinstance(t, GradHandle) for t in tensors)):
+            raise BackendError(
+                "jax arrays are immutable: the jax backend cannot broadcast in place; use "
+                "Backend.broadcasted, which returns the arrays."
+            )
+        for t, copy in zip(tensors, self.broadcasted(tensors, src), strict=True):
+            t.set(copy)
 
     def all_reduced(self, tensors: Sequence[Any], op: str) -> list[Any]:
         check_reduce_op(op)
+        arrays = [value(t) for t in tensors]
         with x64():
-            home = _device_of(tensors[0])
-            total = tensors[0]
-            for t in tensors[1:]:
-                total = total + jax.device_put(t, home)
+            home = _device_of(arrays[0])
+            total = arrays[0]
+            for a in arrays[1:]:
+                total = total + jax.device_put(a, home)
             if op == "mean":
-                total = total / len(tensors)
-            return [jax.device_put(total, _device_of(t)) for t in tensors]
+                total = total / len(arrays)
+            return [jax.device_put(total, _device_of(a)) for a in arrays]
 
     def broadcasted(self, tensors: Sequence[Any], src: int = 0) -> list[Any]:
-        return [jax.device_put(tensors[src], _device_of(t)) for t in tensors]
+        arrays = [value(t) for t in tensors]
+        return [jax.device_put(arrays[src], _device_of(a)) for a in arrays]
 
     # -- models ---------------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """Functional ops (d2l's scratch recipes) on the jax backend, PyTorch's semantics:
 parameters are mutable holders (:class:`._recorded.Parameter`), every op is recorded on
 the lazy tape of :mod:`._recorded`, ``backward`` differentiates the recorded function.
-Gradients are arrays, so "writing into a gradient in place" is not possible: the backend
-declares no in-place collectives, and d2l's hand-written all-reduce is skipped."""
+A gradient is a handle on its parameter (:class:`._recorded.GradHandle`): ``allreduce``
+of handles writes the sums back, as d2l's hand-written all-reduce expects."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from polytrain.backend.functional import Device, FunctionalOps
 
 from ._model import x64
 from ._net import conv, linear, pool_divisor
-from ._recorded import Parameter, lift, no_grad, value
+from ._recorded import GradHandle, Parameter, lift, no_grad, value
 
 
 def _device(backend: Any, device: Device | None) -> Any:
@@ -34,7 +34,7 @@ class JaxOps(FunctionalOps):
             return Parameter(jax.device_put(array, _device(self.backend, device)))
 
     def grad(self, t: Any) -> Any:
-        return t.grad
+        return GradHandle(t)
 
     def zero_grad(self, t: Any) -> None:
         with x64():

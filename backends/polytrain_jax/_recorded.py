@@ -90,6 +90,28 @@ class Parameter(Leaf):
         return np.asarray(self.value, dtype=dtype)
 
 
+class GradHandle:
+    """The gradient of a functional parameter (``ops.grad``): what d2l's in-place
+    all-reduce writes into, so :meth:`set` replaces the parameter's gradient."""
+
+    def __init__(self, param: Parameter) -> None:
+        self.param = param
+
+    @property
+    def value(self) -> Array:
+        return self.param.grad
+
+    def set(self, array: Array) -> None:
+        self.param.grad = array
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.param.grad.shape)
+
+    def __array__(self, dtype: Any = None) -> np.ndarray:
+        return np.asarray(self.param.grad, dtype=dtype)
+
+
 class Recorded:
     """A value computed from ``leaves`` by ``fn`` (of the leaves' values, by key)."""
 
@@ -125,7 +147,7 @@ class Recorded:
 
 def value(x: Any) -> Any:
     """The array of a recorded value or parameter (anything else as it is)."""
-    return x.value if isinstance(x, Recorded | Parameter) else x
+    return x.value if isinstance(x, Recorded | Parameter | GradHandle) else x
 
 
 def _as_recorded(x: Any) -> Recorded | None:

@@ -27,7 +27,6 @@ from polytrain.backend.functional import FunctionalOps, Tensor
 from polytrain.neutral import reference
 from polytrain.neutral.models import get_model_spec
 from polytrain.plugins.registry import get_backend
-from polytrain.testing.capabilities import INPLACE_COLLECTIVES, require
 from polytrain.testing.conformance import FORWARD_ATOL, GRAD_ATOL
 
 # d2l's LeNet parameters, in d2l's own layout: dense weights are [in, out].
@@ -330,9 +329,7 @@ class FunctionalConformance:
         self, backend: Backend, ops: FunctionalOps, n: int
     ) -> None:
         """d2l's hand-written step on n emulated devices (10 samples: uneven for 3)
-        equals the whole batch on one device, and every device ends with the same copy.
-        It sums gradients in place (d2l's ``allreduce``): skipped where arrays are immutable."""
-        require(backend, INPLACE_COLLECTIVES)
+        equals the whole batch on one device, and every device ends with the same copy."""
         params = d2l_lenet_params(seed=3, scale=0.1)
         x, y = _data((10, 1, 28, 28), 18), _labels(10, 18)
         results = {}
