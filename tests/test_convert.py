@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -169,9 +170,21 @@ def load_with_framework(backend: str, model: Model, path: Path) -> None:
         assert not missing and not unexpected
     elif backend == "mxnet":
         native.load_parameters(str(path))  # type: ignore[attr-defined]  # strict by default
+    elif backend == "jax":  # Flax's loader, where Flax is installed (polytrain needs none)
+        serialization = pytest.importorskip("flax.serialization")
+        tree = serialization.msgpack_restore(path.read_bytes())
+        flat = {".".join(k): v for k, v in _flat_items(tree)}
+        get_backend(backend).set_params(model, flat)
     else:  # numpy's own loader; the file holds the canonical tensors
         with np.load(path, allow_pickle=False) as archive:
             get_backend(backend).set_params(model, {k: archive[k] for k in archive.files})
+
+
+def _flat_items(tree: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """The leaves of a nested dict with their key paths."""
+    if not isinstance(tree, dict):
+        return [(prefix, tree)]
+    return [item for k, v in tree.items() for item in _flat_items(v, (*prefix, k))]
 
 
 def assert_native_round_trip(backend: str, spec: ModelSpec, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from polytrain import BackendInfo, hookimpl
 from polytrain.backend.base import Backend
+from polytrain.backend.capabilities import Capabilities
 from polytrain.backend.factory import backend_factory
 from polytrain.backend.native_format import NativeFormat
 from polytrain.distributed.launcher import Launcher
@@ -31,6 +32,9 @@ def polytrain_register_backends(register: Callable[[BackendInfo], None]) -> None
             order=40,
             collectives="none (one process)",
             auto_select=False,
+            capabilities=Capabilities(
+                devices=("cpu", "cpu:N"), collectives=("in-place", "returned")
+            ),
         )
     )
 

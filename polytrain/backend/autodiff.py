@@ -7,6 +7,7 @@ import functools
 import operator
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -40,6 +41,17 @@ def gradients_to_sum(
             continue
         out.append([zeros(p) if g is None else g for p, g in zip(params, grads, strict=True)])
     return out
+
+
+@dataclass
+class ShardStep:
+    """What the step verb :meth:`~polytrain.backend.base.Backend.loss_and_gradients`
+    gives per shard, native values: the shard's *summed* loss (unscaled), its outputs,
+    and the number of rows whose arg-max is the label when a count was asked for."""
+
+    loss: Tensor
+    outputs: Tensor | None
+    correct: Tensor | None = None
 
 
 class AutodiffVerbs(ModelVerbs, CollectiveVerbs):

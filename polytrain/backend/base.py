@@ -12,6 +12,7 @@ with the required verbs; a backend overrides them only to go faster.
 ``devices``              devices and their neutral names, tensors, split_and_load, copy_to
 ``model``                build_model, parameters, forward, layer_outputs, make_optimizer
 ``autodiff``             record, losses, backward, gradients, sync_gradients, clipping
+                         (the step verb ``loss_and_gradients``: here, built from them)
 ``collectives``          allreduce, broadcast, process groups
 ``precision_verbs``      autocast, unscale_gradients, precision_support
 ``native_io``            save_native, load_native
@@ -27,7 +28,11 @@ Backend authors share helpers in this package: :func:`~polytrain.backend.model.b
 
 from __future__ import annotations
 
-from polytrain.backend.autodiff import AutodiffVerbs
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from polytrain.backend.autodiff import AutodiffVerbs, ShardStep
 from polytrain.backend.devices import Device as Device
 from polytrain.backend.devices import Tensor as Tensor
 from polytrain.backend.devices import parse_devices as parse_devices
@@ -58,6 +63,40 @@ class Backend(AutodiffVerbs, PrecisionVerbs, NativeIOVerbs):
             f"backend {self.name} has no loss {loss.name!r} (with these options): override "
             "Backend.loss, or use a built-in backend."
         )
+
+    def loss_and_gradients(
+        self,
+        model: Model,
+        xs: Sequence[Tensor],
+        ys: Sequence[Tensor],
+        *,
+        loss: LossSpec,
+        denominator: int,
+        loss_scale: float = 1.0,
+        count_correct: bool = False,
+        autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+    ) -> list[ShardStep]:
+        """The step verb: shard ``xs[i]`` (targets ``ys[i]``) through replica ``i`` in
+        training mode, its loss summed, and the gradients of ``loss * loss_scale /
+        denominator`` added to replica ``i``'s; one call per micro-batch, as one function
+        of the parameters (forward + loss + gradients). Forward passes run in replica
+        order under ``autocast()`` (dropout masks are drawn in that order). With
+        ``count_correct`` each shard's arg-max hits are counted (class rows), else its
+        ``outputs`` are returned for a metric computed on the host.
+
+        The default is built from the imperative verbs (:meth:`record`, :meth:`forward`,
+        :meth:`loss`, :meth:`scale_loss`, :meth:`backward`); a functional framework
+        overrides it with one compiled function (JAX: ``jax.value_and_grad``)."""
+        steps = []
+        with self.record(), autocast():
+            for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
+                outputs = self.forward(model, x, replica=i, train=True)
+                value = self.loss(outputs, y, loss, "sum")
+                correct = self.count_correct(outputs, y) if count_correct else None
+                steps.append(ShardStep(value, outputs, correct))
+        for step in steps:
+            self.backward(self.scale_loss(step.loss, denominator, loss_scale))
+        return steps
 
     def functional(self) -> FunctionalOps:
         """Tensor ops for hand-written models (d2l's scratch recipes), in PyTorch's

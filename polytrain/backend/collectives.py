@@ -28,12 +28,29 @@ class CollectiveVerbs(DeviceVerbs):
     def allreduce(self, tensors: Sequence[Tensor], op: str) -> None:
         """Reduce in place: afterwards every tensor holds the ``op`` ("sum" or "mean") of
         all of them and stays on its device. When a process group is initialised, the
-        reduction also spans every process (the framework's own collective)."""
+        reduction also spans every process (the framework's own collective). A framework
+        of immutable arrays raises a BackendError here and implements
+        :meth:`all_reduced` (its plugin declares the collectives it has:
+        :class:`~polytrain.backend.capabilities.Capabilities`)."""
 
     @abstractmethod
     def broadcast(self, tensors: Sequence[Tensor], src: int = 0) -> None:
         """Copy ``tensors[src]`` into every other tensor in place (and from the rank-0
         process to the others when a process group is initialised)."""
+
+    def all_reduced(self, tensors: Sequence[Tensor], op: str) -> list[Tensor]:
+        """The ``op`` ("sum" or "mean") of all ``tensors``, one result on each tensor's
+        device (and over every process once a process group is initialised): the
+        collective for frameworks whose arrays are immutable. Callers use the returned
+        tensors; the default reduces in place with :meth:`allreduce` and returns them."""
+        self.allreduce(tensors, op)
+        return list(tensors)
+
+    def broadcasted(self, tensors: Sequence[Tensor], src: int = 0) -> list[Tensor]:
+        """``tensors[src]`` on every tensor's device, as returned tensors (see
+        :meth:`all_reduced`); the default copies in place with :meth:`broadcast`."""
+        self.broadcast(tensors, src)
+        return list(tensors)
 
     def init_distributed(
         self, info: ClusterInfo, devices: Sequence[Device], timeout: float = 120.0
@@ -59,5 +76,5 @@ class CollectiveVerbs(DeviceVerbs):
         if self.world_size == 1:
             return [float(v) for v in values]
         tensor = self.to_tensor(np.asarray(values, dtype=np.float64), self.device("cpu"))
-        self.allreduce([tensor], "sum")
-        return [float(v) for v in self.to_numpy(tensor)]
+        (total,) = self.all_reduced([tensor], "sum")
+        return [float(v) for v in self.to_numpy(total)]

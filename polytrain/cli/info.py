@@ -24,6 +24,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
             "version": info.version(),
             "installed": info.available(),
             "devices": None,
+            "capabilities": info.capabilities.to_dict(),  # declared, no import
         }
         if not entry["installed"]:
             entry["install"] = info.install_hint  # the plugin's own hint (or why not here)

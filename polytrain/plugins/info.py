@@ -6,8 +6,10 @@ import importlib
 import importlib.metadata
 import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from polytrain.backend.capabilities import Capabilities
 
 if TYPE_CHECKING:
     from polytrain.backend.base import Backend
@@ -27,6 +29,8 @@ class BackendInfo:
     collectives: str = ""  # how its processes talk, as `polytrain doctor` shows it
     auto_select: bool = True  # may be picked when no backend is named and it is the only one
     install: str | None = None  # the plugin's own install command, e.g. "pip install my-jax"
+    #: what it supports (layer types, dtypes, devices, collectives); the default is all
+    capabilities: Capabilities = field(default_factory=Capabilities)
 
     @property
     def install_hint(self) -> str:

@@ -13,7 +13,9 @@ every layer type of the neutral set forward and backward (gradients w.r.t. its i
 every parameter, :mod:`polytrain.testing.layer_cases`), then whole models, losses,
 optimizers and files. Tests of optional capabilities (float64, per-layer outputs) skip,
 with the reason, on a backend that does not declare them
-(:mod:`polytrain.testing.capabilities`). Loaded as a pytest plugin (entry point
+(:mod:`polytrain.testing.capabilities`), and so do the tests of layer types, dtypes,
+devices and collectives the backend's plugin does not declare
+(:class:`polytrain.backend.capabilities.Capabilities`). Loaded as a pytest plugin (entry point
 ``pytest11``), it also fails the run, instead of skipping, when a backend listed in
 ``$POLYTRAIN_REQUIRE_BACKENDS`` is not installed, so CI cannot go green on an
 empty install. ``POLYTRAIN_TEST_DEVICE=gpu:0`` runs the suite on that device
@@ -47,7 +49,14 @@ from polytrain.neutral.models import (
 )
 from polytrain.neutral.optim import OPTIMIZERS, OptimizerConfig, numpy_step
 from polytrain.plugins.registry import get_backend, installed_backends
-from polytrain.testing.capabilities import FP64, LAYER_OUTPUTS, require
+from polytrain.testing.capabilities import (
+    EMULATED_DEVICES,
+    FP64,
+    INPLACE_COLLECTIVES,
+    LAYER_OUTPUTS,
+    require,
+    require_layers,
+)
 from polytrain.testing.layer_cases import LAYER_CASES, LayerCase, check_layer
 from polytrain.testing.placement import on_test_device
 from polytrain.training.step import StepRunner
@@ -162,6 +171,7 @@ class BackendConformance:
     # -- devices and tensors ---------------------------------------------------------------
 
     def test_devices(self, backend: Backend) -> None:
+        require(backend, EMULATED_DEVICES)
         assert backend.try_all_gpus(), "try_all_gpus must never be empty"
         assert backend.device_name(backend.try_gpu(99)) in ("cpu", "cpu:0")
         four = backend.devices("cpu:4")
@@ -171,6 +181,7 @@ class BackendConformance:
             backend.devices("tpu:1")
 
     def test_tensor_round_trip(self, backend: Backend) -> None:
+        require(backend, EMULATED_DEVICES)
         for dtype in (np.float32, np.int64):
             a = (np.arange(12).reshape(3, 4) * 3).astype(dtype)
             out = backend.to_numpy(backend.to_tensor(a, backend.device("cpu:1")))
@@ -178,6 +189,7 @@ class BackendConformance:
             np.testing.assert_array_equal(out, a)
 
     def test_split_and_load(self, backend: Backend) -> None:
+        require(backend, EMULATED_DEVICES)
         devs = backend.devices("cpu:3")
         shards = backend.split_and_load(np.arange(10, dtype=np.float32), devs)
         got = [backend.to_numpy(s) for s in shards]
@@ -193,6 +205,8 @@ class BackendConformance:
         """A writeable C-ordered batch (which ``load_shard`` may share), a Fortran-ordered
         and a read-only one all load their values, and the caller's batch stays writeable
         (MXNet's ``from_numpy`` freezes the array it is given)."""
+        if devices != "cpu":
+            require(backend, EMULATED_DEVICES)
         batch = np.arange(24, dtype=np.float32).reshape(6, 4)
         read_only = batch.copy()
         read_only.flags.writeable = False
@@ -203,7 +217,26 @@ class BackendConformance:
         assert batch.flags.writeable
 
     @pytest.mark.parametrize("op", ["sum", "mean"])
+    def test_all_reduced(self, backend: Backend, op: str) -> None:
+        """The collective every backend has: the results returned, one per device."""
+        require(backend, EMULATED_DEVICES)
+        devs = backend.devices("cpu:3")
+        tensors = [backend.to_tensor(np.full((2, 3), i + 1, np.float32), d)
+                   for i, d in enumerate(devs)]  # fmt: skip
+        got = backend.all_reduced(tensors, op)
+        want = np.full((2, 3), 6.0 if op == "sum" else 2.0, np.float32)
+        assert len(got) == 3
+        for t in got:
+            np.testing.assert_allclose(backend.to_numpy(t), want, rtol=0, atol=1e-6)
+        tensors = [backend.to_tensor(np.full((2, 3), i, np.float32), d) for i, d in enumerate(devs)]
+        shares = backend.broadcasted(tensors, src=2)
+        for t in shares:
+            np.testing.assert_array_equal(backend.to_numpy(t), np.full((2, 3), 2, np.float32))
+
+    @pytest.mark.parametrize("op", ["sum", "mean"])
     def test_allreduce(self, backend: Backend, op: str) -> None:
+        require(backend, EMULATED_DEVICES)
+        require(backend, INPLACE_COLLECTIVES)
         devs = backend.devices("cpu:3")
         arrays = [np.full((2, 3), i + 1, np.float32) for i in range(3)]
         tensors = [backend.to_tensor(a, d) for a, d in zip(arrays, devs, strict=True)]
@@ -213,6 +246,8 @@ class BackendConformance:
             np.testing.assert_allclose(backend.to_numpy(t), want, rtol=0, atol=1e-6)
 
     def test_broadcast(self, backend: Backend) -> None:
+        require(backend, EMULATED_DEVICES)
+        require(backend, INPLACE_COLLECTIVES)
         devs = backend.devices("cpu:3")
         tensors = [backend.to_tensor(np.full(4, i, np.float32), d) for i, d in enumerate(devs)]
         backend.broadcast(tensors, src=1)
@@ -223,11 +258,13 @@ class BackendConformance:
 
     @pytest.mark.parametrize("case", LAYER_CASES, ids=[c.id for c in LAYER_CASES])
     def test_layer_forward_and_backward(self, backend: Backend, case: LayerCase) -> None:
+        require_layers(backend, case.layer)
         check_layer(backend, case, "float32")
 
     @pytest.mark.parametrize("case", LAYER_CASES, ids=[c.id for c in LAYER_CASES])
     def test_float64_layer_forward_and_backward(self, backend: Backend, case: LayerCase) -> None:
         require(backend, FP64)
+        require_layers(backend, case.layer)
         check_layer(backend, case, "float64")
 
     # -- models: layout, forward, loss, gradients ------------------------------------------
@@ -259,6 +296,7 @@ class BackendConformance:
     @pytest.mark.parametrize("name", ["lenet", "paddle-mnist", "mlp", "tiny-resnet"])
     def test_forward_matches_numpy(self, backend: Backend, name: str) -> None:
         spec = tiny_resnet() if name == "tiny-resnet" else get_model_spec(name)
+        require_layers(backend, spec.net)
         model = backend.build_model(spec)
         params = spec.init_params(seed=1)
         if name == "tiny-resnet":  # non-trivial running statistics
@@ -309,6 +347,7 @@ class BackendConformance:
         """fp64 through the StepRunner on two devices: three updates equal numpy's float64
         updates to 1e-12 (float32 agrees to ~1e-7), optimizer slots included."""
         require(backend, FP64)
+        require(backend, EMULATED_DEVICES)
         spec = get_model_spec("mlp")
         config = OptimizerConfig(
             name=name, lr=0.1 if name != "adam" else 0.01, weight_decay=0.01, momentum=0.9

@@ -156,6 +156,11 @@ class PipelineBackend:
         hidden = self.inner.copy_to(hidden, model.stage_devices[1])
         return self.inner.forward(second, hidden, train=train)
 
+    def loss_and_gradients(self, model: PipelineModel, *args: Any, **kwargs: Any) -> Any:
+        """The step verb's default, over the stages' :meth:`forward` (the inner backend's
+        own step verb runs one model, not two stages)."""
+        return Backend.loss_and_gradients(cast(Backend, self), model, *args, **kwargs)
+
     def gradients(self, model: PipelineModel, replica: int = 0) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         for stage in model.stages:

@@ -205,19 +205,18 @@ class StepRunner:
         losses: list[Any] = []
         corrects: list[Any] = []
         replicas: list[int] = []
+        count = self.metric.name == "accuracy" and y.ndim == 1  # by the count_correct verb
         for lo, hi in shard_bounds(len(x), self.accumulate, what="micro-batches"):
             xs = b.split_and_load(x[lo:hi], model.devices)
             ys = b.split_and_load(y[lo:hi], model.devices)
-            shard_losses = []
-            with b.record(), mp.autocast():
-                for i, (xi, yi) in enumerate(zip(xs, ys, strict=True)):
-                    logits = b.forward(model, xi, replica=i, train=True)
-                    shard_losses.append(b.loss(logits, yi, self.loss, "sum"))
-                    corrects.append(self._metric(logits, yi))
-                    replicas.append(i)
-            for loss in shard_losses:
-                b.backward(b.scale_loss(loss, denominator, mp.loss_scale))
-            losses.extend(shard_losses)
+            shards = b.loss_and_gradients(
+                model, xs, ys, loss=self.loss, denominator=denominator,
+                loss_scale=mp.loss_scale, count_correct=count, autocast=mp.autocast,
+            )  # fmt: skip
+            for i, (shard, yi) in enumerate(zip(shards, ys, strict=True)):
+                losses.append(shard.loss)
+                corrects.append(shard.correct if count else self._metric(shard.outputs, yi))
+                replicas.append(i)
         return losses, corrects, replicas
 
     def _metric(self, outputs: Any, targets: Any) -> Any:

@@ -1,0 +1,278 @@
+"""A neutral spec as one pure JAX function: ``apply(state, x, ctx) -> y``.
+
+Every layer type has a *builder* in a ``{LayerType: builder}`` table (this module's
+containers and image layers, :mod:`._seq_layers` and :mod:`._rnn_layers` for the rest):
+a builder takes the layer and its canonical path and returns the layer's pure function.
+``state`` maps canonical names (PyTorch's, as the spec gives them) to arrays, parameters
+and buffers alike, so names and layouts are canonical by construction. What is not pure
+in a forward pass goes through the :class:`Context`: BatchNorm's new running statistics
+(``ctx.updates``), dropout masks (``ctx.mask``) and per-layer outputs (``ctx.hook``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from polytrain.errors import BackendError
+from polytrain.neutral.models import (
+    Add,
+    AvgPool2d,
+    BatchNorm2d,
+    Conv2d,
+    Dropout,
+    Flatten,
+    GlobalAvgPool2d,
+    Layer,
+    Linear,
+    MaxPool2d,
+    ReLU,
+    Residual,
+    Sequential,
+)
+from polytrain.neutral.reference import pool_output_size
+
+Array = Any  # a jax.Array, or a tracer of one
+State = dict[str, Array]
+Hook = Callable[[str, Array], None]
+#: a dropout mask source: (shape, p, dtype) -> the mask to multiply by (0 or 1/(1-p))
+MaskSource = Callable[[tuple[int, ...], float, Any], Array]
+
+
+@dataclass
+class Context:
+    """What a forward pass needs besides parameters and input, and what it leaves."""
+
+    train: bool
+    mask: MaskSource | None = None  # dropout in training; None: no dropout layer may run
+    updates: State = field(default_factory=dict)  # BatchNorm's new running statistics
+    hook: Hook | None = None  # every leaf's (and each Residual's and Add's) output
+
+    def dropout_mask(self, shape: tuple[int, ...], p: float, dtype: Any) -> Array:
+        if self.mask is None:
+            raise BackendError("jax backend: a training dropout layer ran without a mask source.")
+        return self.mask(shape, p, dtype)
+
+
+Apply = Callable[[State, Array, Context], Array]
+Builder = Callable[[Any, str], Apply]
+BUILDERS: dict[type, Builder] = {}
+
+
+def builds(*types: type) -> Callable[[Builder], Builder]:
+    """Register a builder for ``types`` in :data:`BUILDERS`."""
+
+    def register(builder: Builder) -> Builder:
+        for t in types:
+            BUILDERS[t] = builder
+        return builder
+
+    return register
+
+
+def key(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def build(layer: Layer, path: str = "") -> Apply:
+    """The pure function of ``layer`` at ``path`` (its leaves' outputs reported to the hook)."""
+    builder = BUILDERS.get(type(layer))
+    if builder is None:
+        raise BackendError(
+            f"The jax backend has no builder for layer type {type(layer).__name__}: "
+            "see polytrain_jax.capabilities for the layer types it supports."
+        )
+    apply = builder(layer, path)
+    if isinstance(layer, Sequential):
+        return apply
+
+    def reported(state: State, x: Array, ctx: Context) -> Array:
+        y = apply(state, x, ctx)
+        if ctx.hook is not None:
+            ctx.hook(path, y)
+        return y
+
+    return reported
+
+
+# -- containers --------------------------------------------------------------------------
+
+
+@builds(Sequential)
+def _sequential(layer: Sequential, path: str) -> Apply:
+    children = [build(child, key(path, name)) for name, child in layer.layers]
+
+    def apply(state: State, x: Array, ctx: Context) -> Array:
+        for child in children:
+            x = child(state, x, ctx)
+        return x
+
+    return apply
+
+
+@builds(Residual)
+def _residual(layer: Residual, path: str) -> Apply:
+    body = build(layer.body, key(path, "body"))
+    shortcut = build(layer.shortcut, key(path, "shortcut")) if layer.shortcut else None
+
+    def apply(state: State, x: Array, ctx: Context) -> Array:
+        y = body(state, x, ctx)
+        return jax.nn.relu(y + (shortcut(state, x, ctx) if shortcut else x))
+
+    return apply
+
+
+@builds(Add)
+def _add(layer: Add, path: str) -> Apply:
+    branches = [build(b, key(path, f"branches.{i}")) for i, b in enumerate(layer.branches)]
+
+    def apply(state: State, x: Array, ctx: Context) -> Array:
+        outs = [branch(state, x, ctx) for branch in branches]
+        total = outs[0]
+        for out in outs[1:]:
+            total = total + out
+        return total
+
+    return apply
+
+
+# -- image layers ------------------------------------------------------------------------
+
+
+def conv(x: Array, w: Array, b: Array | None, stride: int, padding: int, dims: str) -> Array:
+    """Cross-correlation in NCHW/OIHW (``dims="HW"``) or NCL/OIL (``"L"``)."""
+    spatial = len(dims)
+    names = ("NC" + dims, "OI" + dims, "NC" + dims)
+    y = lax.conv_general_dilated(
+        x, w, (stride,) * spatial, [(padding, padding)] * spatial, dimension_numbers=names,
+        precision=lax.Precision.HIGHEST,
+    )  # fmt: skip
+    return y if b is None else y + b.reshape((1, -1) + (1,) * spatial)
+
+
+@builds(Conv2d)
+def _conv2d(layer: Conv2d, path: str) -> Apply:
+    w, b = key(path, "weight"), key(path, "bias") if layer.bias else None
+
+    def apply(state: State, x: Array, ctx: Context) -> Array:
+        return conv(x, state[w], state[b] if b else None, layer.stride, layer.padding, "HW")
+
+    return apply
+
+
+def linear(x: Array, w: Array, b: Array | None) -> Array:
+    y = jnp.matmul(x, w.T, precision=lax.Precision.HIGHEST)
+    return y if b is None else y + b
+
+
+@builds(Linear)
+def _linear(layer: Linear, path: str) -> Apply:
+    w, b = key(path, "weight"), key(path, "bias") if layer.bias else None
+    return lambda state, x, ctx: linear(x, state[w], state[b] if b else None)
+
+
+def batch_norm(
+    layer: Any, path: str, state: State, x: Array, ctx: Context, axes: tuple[int, ...]
+) -> Array:
+    """BatchNorm over ``axes`` (all but the channel axis 1): batch statistics in training
+    (the running ones updated into ``ctx.updates`` with PyTorch's momentum and unbiased
+    variance), the running ones in eval mode."""
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    names = [key(path, n) for n in ("weight", "bias", "running_mean", "running_var")]
+    w, b, rm, rv = (state[n].reshape(shape) for n in names)
+    if not ctx.train:
+        return (x - rm) / jnp.sqrt(rv + layer.eps) * w + b
+    n = int(np.prod([x.shape[a] for a in axes]))
+    if n < 2:
+        raise BackendError(
+            f"{type(layer).__name__} in training needs more than one value per channel, got "
+            f"input {tuple(x.shape)}: use a larger batch (or train=False)."
+        )
+    mean = x.mean(axis=axes, keepdims=True)
+    centred = x - mean
+    var = jnp.square(centred).mean(axis=axes, keepdims=True)
+    y = centred / jnp.sqrt(var + layer.eps) * w + b
+    m = layer.momentum
+    batch_mean, batch_var = lax.stop_gradient(mean.reshape(-1)), lax.stop_gradient(var.reshape(-1))
+    ctx.updates[names[2]] = state[names[2]] * (1 - m) + m * batch_mean
+    ctx.updates[names[3]] = state[names[3]] * (1 - m) + m * batch_var * (n / (n - 1))
+    return y
+
+
+@builds(BatchNorm2d)
+def _batch_norm2d(layer: BatchNorm2d, path: str) -> Apply:
+    return lambda state, x, ctx: batch_norm(layer, path, state, x, ctx, (0, 2, 3))
+
+
+@builds(ReLU)
+def _relu(layer: ReLU, path: str) -> Apply:
+    return lambda state, x, ctx: jax.nn.relu(x)
+
+
+@builds(MaxPool2d)
+def _max_pool(layer: MaxPool2d, path: str) -> Apply:
+    k, s, p = layer.kernel_size, layer.stride or layer.kernel_size, layer.padding
+
+    def apply(state: State, x: Array, ctx: Context) -> Array:
+        pads = ((0, 0), (0, 0), (p, p), (p, p))
+        return lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, k, k), (1, 1, s, s), pads)
+
+    return apply
+
+
+def pool_divisor(size: int, k: int, s: int, pad: int, ceil: bool, include_pad: bool) -> np.ndarray:
+    """Per output position along one axis, the count PyTorch's average divides by."""
+    out = pool_output_size(size, k, s, pad, ceil)
+    counts = []
+    for i in range(out):
+        lo = i * s - pad
+        hi = min(lo + k, size + pad)
+        counts.append(hi - lo if include_pad else min(hi, size) - max(lo, 0))
+    return np.asarray(counts, dtype=np.float64)
+
+
+@builds(AvgPool2d)
+def _avg_pool(layer: AvgPool2d, path: str) -> Apply:
+    k, s, p = layer.kernel_size, layer.stride or layer.kernel_size, layer.padding
+
+    def apply(state: State, x: Array, ctx: Context) -> Array:
+        h, w = x.shape[2], x.shape[3]
+        oh = pool_output_size(h, k, s, p, layer.ceil_mode)
+        ow = pool_output_size(w, k, s, p, layer.ceil_mode)
+        extra_h, extra_w = (
+            max((oh - 1) * s + k - h - 2 * p, 0),
+            max((ow - 1) * s + k - w - 2 * p, 0),
+        )
+        pads = ((0, 0), (0, 0), (p, p + extra_h), (p, p + extra_w))
+        total = lax.reduce_window(x, 0.0, lax.add, (1, 1, k, k), (1, 1, s, s), pads)
+        rows = pool_divisor(h, k, s, p, layer.ceil_mode, layer.count_include_pad)
+        cols = pool_divisor(w, k, s, p, layer.ceil_mode, layer.count_include_pad)
+        return total / np.outer(rows, cols).astype(x.dtype)
+
+    return apply
+
+
+@builds(GlobalAvgPool2d)
+def _global_avg_pool(layer: GlobalAvgPool2d, path: str) -> Apply:
+    return lambda state, x, ctx: x.mean(axis=(2, 3), keepdims=True)
+
+
+@builds(Flatten)
+def _flatten(layer: Flatten, path: str) -> Apply:
+    return lambda state, x, ctx: x.reshape(x.shape[0], -1)
+
+
+@builds(Dropout)
+def _dropout(layer: Dropout, path: str) -> Apply:
+    def apply(state: State, x: Array, ctx: Context) -> Array:
+        if not ctx.train or layer.p == 0:
+            return x
+        return x * ctx.dropout_mask(tuple(x.shape), layer.p, x.dtype)
+
+    return apply
