@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polytrain
 
-FRAMEWORKS = ("torch", "paddle", "mxnet")
+FRAMEWORKS = ("torch", "paddle", "mxnet", "jax")
 CORE = Path(polytrain.__file__).parent
 # the neutral model zoo names two models after the seed programs they reproduce
 SEED_MODEL_NAMES = {"paddle_mnist", "torch_dp_cnn"}

@@ -19,7 +19,7 @@ from polytrain.plugins.registry import (
     resolve_backend_name,
 )
 
-FRAMEWORKS = ("torch", "paddle", "mxnet")
+FRAMEWORKS = ("torch", "paddle", "mxnet", "jax")
 
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
