@@ -342,6 +342,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--show-unsupported", action="store_true", help="list each unconverted API and why"
     )
+    p.add_argument(
+        "--verify", default=None, metavar="FACTORY",
+        help="after converting, build the model FACTORY (a function or class of the file; "
+        "pkg.module:FACTORY in a folder) from the original and the converted code, and "
+        "check them layer by layer as polytrain port does (imports both: their code runs)",
+    )  # fmt: skip
+    p.add_argument("--input-shape", default=None, help="--verify's random input: 2,1,28,28")
+    p.add_argument(
+        "--tolerance", type=num.positive_float, default=1e-4, help="--verify's max |diff| / max"
+    )
     p.set_defaults(func=cmd_port_code, subparser=p)
 
     p = sub.add_parser("env", help="rank, world size and master as this process sees them")

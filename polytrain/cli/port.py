@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from polytrain.cli.convert import map_json
 from polytrain.errors import ConfigError
@@ -29,20 +30,24 @@ def _hints(items: Sequence[str] | None, path: str | None) -> dict[str, str | Non
     return found
 
 
+def _input_shape(text: str | None) -> list[int] | None:
+    """``--input-shape 1,3,224,224`` (or ``1x3x224x224``) as sizes >= 1."""
+    if not text:
+        return None
+    try:
+        shape = [int(n) for n in text.replace("x", ",").split(",") if n]
+        if not shape or min(shape) < 1:
+            raise ValueError
+    except ValueError:
+        raise ConfigError(f"--input-shape {text!r} is not like 1,3,224,224 (sizes >= 1).") from None
+    return shape
+
+
 def cmd_port(args: argparse.Namespace) -> int:
     """Port a model's weights into another framework's model object, verified."""
     from polytrain.porting.api import port
 
-    shape = None
-    if args.input_shape:
-        try:
-            shape = [int(n) for n in args.input_shape.replace("x", ",").split(",") if n]
-            if not shape or min(shape) < 1:
-                raise ValueError
-        except ValueError:
-            raise ConfigError(
-                f"--input-shape {args.input_shape!r} is not like 1,3,224,224 (sizes >= 1)."
-            ) from None
+    shape = _input_shape(args.input_shape)
     if args.output is None and not args.print_map:
         args.subparser.error("the output file is required (or --print-map)")
     out = None if args.print_map else args.output
@@ -73,6 +78,21 @@ def cmd_port_code(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(f"polytrain port-code: {line}", file=sys.stderr, flush=True)
 
+    shape = _input_shape(args.input_shape)
+    if args.verify and shape is None:
+        raise ConfigError("--verify needs --input-shape: the batch both models run on.")
     report = port_code(args.source, args.output, overwrite=args.overwrite, progress=progress)
     print(report.format(show_unsupported=args.show_unsupported))
+    if args.verify:
+        from polytrain.porting.code.files import default_output
+        from polytrain.porting.code.verify import verify_converted
+
+        src = Path(args.source)
+        out = Path(args.output) if args.output else default_output(src)
+        result = verify_converted(
+            src, out, args.verify, input_shape=shape, tolerance=args.tolerance
+        )
+        print(result.format())
+        if not result.passed:
+            return 1
     return 0 if report.all_converted else EXIT_UNCONVERTED

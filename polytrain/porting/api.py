@@ -196,6 +196,9 @@ def port(
     if weights is not None:
         load_weights(src_walker, src_model, weights)
     batch = make_inputs(input_shape, inputs, seed)
+    if inputs is None:  # the random batch in the source model's float type (a float64 model)
+        floats = [a.dtype for a in src_walker.state(src_model).values() if a.dtype.kind == "f"]
+        batch = batch.astype(floats[0]) if floats else batch
     notes = check_blocks(src_walker.blocks(src_model), tgt_walker.blocks(tgt_model))
     src_trace = src_walker.trace(src_model, batch)
     pairs, left_out = match_layers(
