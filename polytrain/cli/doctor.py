@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from polytrain.backend.precision import PRECISIONS, param_dtype
+from polytrain.distributed.worker_log import die_with_parent
 
 PROBE_TIMEOUT = 120.0
 
@@ -69,9 +70,10 @@ def probe_backend(name: str) -> dict[str, Any]:
     return report
 
 
-def probe_collective(name: str, timeout: float = PROBE_TIMEOUT) -> dict[str, Any]:
+def probe_collective(name: str, timeout: float | None = None) -> dict[str, Any]:
     """A two-process allreduce on loopback through ``polytrain launch``, with the launcher
-    the backend's plugin registers; its ``collectives`` name the engine in the report."""
+    the backend's plugin registers; its ``collectives`` name the engine in the report. The
+    workers must start within ``timeout`` seconds (default :data:`PROBE_TIMEOUT`)."""
     from polytrain.distributed.launch import launch
     from polytrain.distributed.launcher import LaunchSpec
     from polytrain.plugins.registry import registered_backends, registered_launchers
@@ -87,9 +89,10 @@ def probe_collective(name: str, timeout: float = PROBE_TIMEOUT) -> dict[str, Any
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="polytrain-doctor-") as logs:
         spec = LaunchSpec(backend=name, command=cmd, nproc_per_node=2,
-                          master=f"127.0.0.1:{port}", log_dir=logs)  # fmt: skip
+                          master=f"127.0.0.1:{port}", log_dir=logs,
+                          timeout=timeout or PROBE_TIMEOUT)  # fmt: skip
         try:
-            code = _quietly(lambda: launch(spec, launcher), timeout)
+            code = _quietly(lambda: launch(spec, launcher))
         except Exception as exc:  # reported, not raised
             return {"ok": False, "why": f"{type(exc).__name__}: {exc}"}
     seconds = round(time.perf_counter() - t0, 1)
@@ -100,7 +103,7 @@ def probe_collective(name: str, timeout: float = PROBE_TIMEOUT) -> dict[str, Any
             "seconds": seconds}  # fmt: skip
 
 
-def _quietly(fn: Any, timeout: float) -> int:
+def _quietly(fn: Any) -> int:
     """Run ``fn`` with the process's stdout/stderr sent to /dev/null (launchers are chatty)."""
     import os
 
@@ -141,15 +144,16 @@ def run_doctor(
         say = _progress(progress, f"[{i}/{len(names)}] {name}")
         say("imports, devices, threads, precisions ...")
         cmd = [sys.executable, "-m", "polytrain.cli.doctor", "--probe", name]
-        try:
+        try:  # the probe ends with doctor, however doctor ends (SIGKILL included)
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT,
-                                 check=False)  # fmt: skip
+                                 check=False, preexec_fn=die_with_parent)  # fmt: skip
             report = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else {
                 "backend": name, "importable": False,
                 "error": (out.stderr.strip().splitlines() or ["probe failed"])[-1],
             }  # fmt: skip
         except subprocess.TimeoutExpired:
-            report = {"backend": name, "importable": False, "error": "the probe timed out"}
+            why = f"the probe did not end within {PROBE_TIMEOUT:g} s; stopped"
+            report = {"backend": name, "importable": False, "error": why}
         if collectives and report.get("importable"):
             say("2-process allreduce ...")
             report["collective"] = probe_collective(name)

@@ -32,7 +32,8 @@ class Stopped(BaseException):
         self.signum = signum
 
 
-SIGTERM_RAISES = ("compare", "convert", "train")  # launch has its own stop throughout
+SIGTERM_RAISES = ("compare", "convert", "doctor", "port", "port-code", "recipe", "train")
+# launch has its own stop throughout
 
 
 @contextlib.contextmanager

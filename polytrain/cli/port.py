@@ -10,7 +10,7 @@ from pathlib import Path
 
 from polytrain.cli.convert import map_json
 from polytrain.errors import ConfigError
-from polytrain.utils.output_paths import refuse_overwriting_inputs
+from polytrain.utils.output_paths import refuse_overwriting_inputs, refuse_unwritable
 from polytrain.utils.user_files import read_json
 
 
@@ -51,10 +51,11 @@ def cmd_port(args: argparse.Namespace) -> int:
     if args.output is None and not args.print_map:
         args.subparser.error("the output file is required (or --print-map)")
     out = None if args.print_map else args.output
+    outputs = {"the output": out, "--map-out": args.map_out, "--report": args.report}
     refuse_overwriting_inputs(
-        {"the output": out, "--map-out": args.map_out, "--report": args.report},
-        {"--weights": args.weights, "--input": args.input, "--hints": args.hints},
+        outputs, {"--weights": args.weights, "--input": args.input, "--hints": args.hints}
     )
+    refuse_unwritable(outputs)  # before the models are built, not after
     result = port(
         args.source, args.target, input_shape=shape, inputs=args.input,
         hints=_hints(args.hint, args.hints), tolerance=args.tolerance, weights=args.weights,

@@ -127,7 +127,9 @@ def supervise(
         _reap_group(proc)
     code = proc.returncode
     if stop.signal:
-        return stop.report(spec, name)
+        code = stop.report(spec, name)
+        _pass_on(stop.signal, old[signal.Signals(stop.signal)])
+        return code
     if code != 0:
         failed = workers.first_failure()
         which = (
@@ -139,6 +141,14 @@ def supervise(
         if failed:
             print_log_tail(spec.log_dir, f"workerlog.{failed[0]}")
     return code if code >= 0 else 128 - code
+
+
+def _pass_on(signum: int, handler: object) -> None:
+    """The signal handler that was in place before, when it is the caller's own Python
+    function (``polytrain doctor``'s stop, which then ends the command), hears of the stop
+    once the workers have stopped; the defaults (``polytrain launch``'s) are left out."""
+    if callable(handler) and handler is not signal.default_int_handler:
+        handler(signum, None)
 
 
 def _engine_launcher_setup() -> None:  # in the engine's launcher, before exec

@@ -45,6 +45,30 @@ def refuse_overwriting_inputs(
         seen[label] = out
 
 
+def refuse_unwritable(outputs: Mapping[str, PathLike | None]) -> None:
+    """An OutputError (one line) when the folder an output goes into (or, where that is
+    still to be made, its nearest existing parent) takes no new file: a read-only
+    filesystem or no permission, said before the work rather than after it. Writes
+    nothing."""
+    for label, out in outputs.items():
+        if out is None:
+            continue
+        folder = _real(out).parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if os.access(folder, os.W_OK | os.X_OK):
+            continue
+        try:
+            read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+        except OSError:
+            read_only = False
+        why = "Read-only file system" if read_only else "Permission denied"
+        raise OutputError(
+            f"{label} {os.fspath(out)} cannot be written: {folder} is not writable ({why}); "
+            "choose another path."
+        )
+
+
 def folder_inputs(option: str, folder: PathLike) -> dict[str, PathLike]:
     """``{option: folder}`` and each file directly in ``folder``, for a folder read as a
     whole (a checkpoint): an output hard-linked to one of its files elsewhere is then

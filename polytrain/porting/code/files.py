@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import errno
+import glob
+import os
 import shutil
 import threading
 import time
@@ -24,8 +27,8 @@ from pathlib import Path
 from polytrain.errors import ConfigError, OutputError
 from polytrain.porting.code.convert import Result, convert_source
 from polytrain.porting.code.report import FileReport, Report
-from polytrain.utils.fileio import atomic_write_bytes
-from polytrain.utils.output_paths import refuse_overwriting_inputs
+from polytrain.utils.fileio import atomic_write_bytes, fsync_dir
+from polytrain.utils.output_paths import refuse_overwriting_inputs, refuse_unwritable
 from polytrain.utils.user_files import read_text, regular_file
 
 EXIT_UNCONVERTED = 3
@@ -127,6 +130,7 @@ def _check_output(src: Path, out: Path, folder: bool, overwrite: bool) -> None:
     if out.exists() and out.is_dir() != folder:
         kind = "folder" if out.is_dir() else "file"
         raise OutputError(f"{out} is a {kind}, the source {src} is not; give another -o.")
+    refuse_unwritable({"-o": out})  # before converting, which takes seconds per 100 KB
 
 
 @contextlib.contextmanager
@@ -182,15 +186,74 @@ def port_code(
         atomic_write_bytes(target, result.code.encode("utf-8"))
         return Report([result.report])
     planned, reports = _convert_folder(src, target, progress)
-    if target.exists() and overwrite:
-        shutil.rmtree(target) if target.is_dir() else target.unlink()
-    for dest, data, origin in planned:
-        if data is None:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(origin, dest)
-        else:
-            atomic_write_bytes(dest, data)
+    _write_folder(target, planned)
     return Report(reports)
+
+
+def _write_folder(target: Path, planned: list[tuple[Path, bytes | None, Path]]) -> None:
+    """The planned files written into a hidden folder beside ``target``, which then takes
+    ``target``'s place whole: an error or a signal leaves ``target`` as it was (or the
+    whole new folder), never half of one. A SIGKILL while writing leaves the hidden folder
+    (``.OUT.tmp-PID-...``), which the next conversion into ``target`` removes."""
+    _remove_stale(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        tmp.mkdir()
+        for dest, data, origin in planned:
+            where = tmp / dest.relative_to(target)
+            where.parent.mkdir(parents=True, exist_ok=True)
+            if data is None:
+                shutil.copy2(origin, where)
+            else:
+                with open(where, "wb") as fh:
+                    fh.write(data)
+                    os.fsync(fh.fileno())
+        _replace_folder(tmp, target)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, os.fspath(target)) from None
+        raise
+    fsync_dir(target.parent)
+
+
+def _replace_folder(tmp: Path, target: Path) -> None:
+    """``tmp`` renamed to ``target``; a ``target`` already there is set aside first and
+    removed after (another conversion into it at the same time: the last one stays)."""
+    aside: list[Path] = []
+    while True:
+        try:
+            os.rename(tmp, target)
+            break
+        except OSError as exc:  # target is a folder that is not empty
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+        aside.append(target.with_name(f".{target.name}.old-{os.getpid()}-{os.urandom(4).hex()}"))
+        with contextlib.suppress(FileNotFoundError):  # the other conversion set it aside
+            os.rename(target, aside[-1])
+    for old in aside:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _remove_stale(target: Path) -> None:
+    """Hidden folders of conversions into ``target`` that were killed (their process has
+    gone)."""
+    for kind in ("tmp", "old"):
+        for stale in target.parent.glob(f".{glob.escape(target.name)}.{kind}-*-*"):
+            pid = stale.name.rsplit("-", 2)[-2]
+            if pid.isdigit() and not _running(int(pid)):
+                shutil.rmtree(stale, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's
+        return True
+    return True
 
 
 def _convert_folder(
