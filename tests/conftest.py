@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -12,6 +13,32 @@ from hypothesis import settings
 settings.register_profile("default", max_examples=50, deadline=None)
 settings.register_profile("fuzz", max_examples=2500, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def _default_dtypes() -> dict[str, str]:
+    """The process-wide default float dtype of each framework already imported."""
+    found = {}
+    if "torch" in sys.modules:
+        found["torch"] = str(sys.modules["torch"].get_default_dtype())
+    if "paddle" in sys.modules and hasattr(sys.modules["paddle"], "get_default_dtype"):
+        found["paddle"] = str(sys.modules["paddle"].get_default_dtype())
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _no_default_dtype_leak(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail the test that leaves a framework's default dtype changed (a later test in the
+    same worker would build float64 layers), and put it back for the next one. A test
+    marked ``runs_user_code`` (the user's factory may set it) only gets it put back."""
+    yield
+    leaked = {name: dtype for name, dtype in _default_dtypes().items() if "float32" not in dtype}
+    if leaked:
+        if "torch" in leaked:
+            sys.modules["torch"].set_default_dtype(sys.modules["torch"].float32)
+        if "paddle" in leaked:
+            sys.modules["paddle"].set_default_dtype("float32")
+        if request.node.get_closest_marker("runs_user_code") is None:
+            pytest.fail(f"the test left the default dtype changed: {leaked}")
 
 
 @pytest.fixture

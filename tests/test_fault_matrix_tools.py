@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -393,11 +394,21 @@ def test_port_code_concurrent_run(tmp_path: Path, old_output: Path) -> None:
     assert os.listdir(old_output.parent) == ["proj_torch"]
 
 
-def _port_code_mid_write(project: Path, out: Path) -> subprocess.Popen[str]:
-    """A folder conversion caught while it writes (copies its 48 MB data file)."""
-    proc = start("port-code", project, "-o", out, "--overwrite")
-    wait_for(lambda: writing_into(proc.pid, out.parent), "the write", timeout=60)
-    return proc
+def _port_code_mid_write(project: Path, out: Path, tries: int = 5) -> subprocess.Popen[str]:
+    """A folder conversion caught while it writes (copies its 48 MB data file). The copy
+    may end between two looks on a fast disk or a busy machine: a conversion that ended
+    uncaught is undone and started again, ``tries`` times."""
+    for _ in range(tries):
+        proc = start("port-code", project, "-o", out, "--overwrite")
+        while proc.poll() is None:
+            if writing_into(proc.pid, out.parent):
+                return proc
+            time.sleep(0.001)
+        assert proc.returncode == 0, stderr_of(proc)
+        shutil.rmtree(out)
+        out.mkdir()
+        (out / "old.py").write_text("the old conversion\n")
+    raise AssertionError(f"port-code was never caught writing in {tries} tries")
 
 
 def test_port_code_sigterm(project: Path, old_output: Path) -> None:

@@ -11,6 +11,8 @@ import pytest
 from polytrain.cli.main import main
 from polytrain.porting.code.verify import verify_converted
 
+pytestmark = pytest.mark.runs_user_code  # the fixtures' factories set float64
+
 E2E = Path(__file__).resolve().parent / "fixtures" / "port_code" / "e2e"
 
 

@@ -39,6 +39,8 @@ class FlaxMsgpackFormat(NativeFormat):
     layout = LayoutRules(note="canonical layout")
 
     def sniff(self, head: bytes, path: PathLike) -> bool:
+        if head == b"\x80":  # the empty map: a file of no arrays
+            return True
         if not head:
             return False
         key_at = {0xDE: 3, 0xDF: 5}.get(head[0], 1 if 0x81 <= head[0] <= 0x8F else 0)
@@ -65,11 +67,17 @@ class FlaxMsgpackFormat(NativeFormat):
         tree: dict[str, Any] = {}
         for name, array in tensors.items():
             parts = name.split(".")
+            if "" in parts:
+                raise CheckpointError(
+                    f"Flax msgpack nests names at dots: {name!r} has an empty part."
+                )
             node = tree
             for part in parts[:-1]:
                 node = node.setdefault(part, {})
                 if not isinstance(node, dict):
                     raise CheckpointError(f"Flax msgpack cannot hold both {part!r} and {name!r}.")
+            if parts[-1] in node:
+                raise CheckpointError(f"Flax msgpack cannot hold both {name!r} and names under it.")
             node[parts[-1]] = np.asarray(array)
         out = bytearray()
         _write(out, tree)

@@ -87,7 +87,9 @@ class PaddleFormat(NativeFormat):
     )
 
     def sniff(self, head: bytes, path: PathLike) -> bool:
-        return head[:1] == b"\x80" or looks_like_pdiparams(head, path)
+        # a pickle opens with PROTO and its number (2-5); a lone 0x80 is an empty msgpack map
+        is_pickle = len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5
+        return is_pickle or looks_like_pdiparams(head, path)
 
     def read(self, path: PathLike) -> dict[str, np.ndarray]:
         if _is_pdiparams(path):

@@ -18,6 +18,7 @@ import errno
 import glob
 import os
 import shutil
+import sys
 import threading
 import time
 import warnings
@@ -43,6 +44,9 @@ here, so a larger one would run for minutes (hand-written modules are far smalle
 MAX_NESTING = 1000
 """Deeper expressions (syntax tree levels) are refused unconverted: libcst's recursion
 fails on them anyway, after a time that grows with the depth's square (a minute at 5000)."""
+CONVERT_RECURSION = 1000
+"""Frames libcst may recurse converting one file (Python's default limit), whatever the
+process's limit: an expression some 120 calls deep or more is refused, always."""
 PROGRESS_AFTER = 3.0
 """Seconds of converting after which a progress line goes to ``progress`` (then one
 every :data:`PROGRESS_EVERY` seconds)."""
@@ -97,9 +101,25 @@ def _convert(path: Path) -> Result:
     if _nesting(text) > MAX_NESTING:
         raise too_deep
     try:
-        return convert_source(text, str(path))
+        with _recursion_headroom(CONVERT_RECURSION):
+            return convert_source(text, str(path))
     except RecursionError:
         raise too_deep from None
+
+
+@contextlib.contextmanager
+def _recursion_headroom(frames: int) -> Iterator[None]:
+    """Python's recursion limit set to the current depth plus ``frames`` for the block, so
+    what converts does not depend on a limit another library raised in this process."""
+    depth, frame = 0, sys._getframe()
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(depth + frames)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
 
 
 def _nesting(text: str) -> int:
