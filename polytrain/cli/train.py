@@ -87,7 +87,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         for e in summary.epochs
     ]
     title = (
-        f"{trainer.backend.name} {trainer.backend.version()}: {recipe.model} on "
+        f"{trainer.backend.name} {trainer.backend.version()}: {recipe.model_name} on "
         f"{recipe.data or recipe.dataset}"
     )
     unit = " %" if counts else ""

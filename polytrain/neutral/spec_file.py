@@ -104,13 +104,18 @@ def _import(module_name: str, ref: str) -> Any:
         ) from exc
 
 
-def is_spec_reference(ref: str) -> bool:
-    """Whether ``ref`` names a user model (factory or file) rather than a built-in."""
+def is_spec_reference(ref: str | ModelSpec) -> bool:
+    """Whether ``ref`` is a user model (a spec, a factory or a file) rather than a built-in."""
+    if isinstance(ref, ModelSpec):
+        return True
     return ref not in MODELS and (":" in ref or ref.endswith(SPEC_SUFFIXES))
 
 
-def resolve_model_spec(ref: str) -> ModelSpec:
-    """What ``--model`` takes: a built-in name, ``pkg.module:factory``, or a spec file."""
+def resolve_model_spec(ref: str | ModelSpec) -> ModelSpec:
+    """What ``--model`` takes: a built-in name, ``pkg.module:factory``, or a spec file; from
+    Python, a :class:`ModelSpec` too (``Recipe(model=spec)``)."""
+    if isinstance(ref, ModelSpec):
+        return ref
     if ref in MODELS:
         return get_model_spec(ref)
     if ref.endswith(SPEC_SUFFIXES):

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +42,13 @@ import numpy as np
 from polytrain.distributed.worker_log import die_with_parent
 from polytrain.errors import ConfigError, OutputError, PolytrainError
 from polytrain.io.run_dir import METRICS_FILE, lock_run_dir, run_contents, writable_dir
+from polytrain.neutral.models import ModelSpec
 from polytrain.parity.lockstep import LockstepResult, lockstep
 from polytrain.parity.results import BackendRun, Comparison, PairDiff, Tolerances
 from polytrain.training.builtin_plugins import read_metrics
 from polytrain.training.recipe import Recipe
 from polytrain.training.trainer import load_datasets
+from polytrain.utils.fileio import atomic_write_bytes
 
 
 def train_command(backend: str, recipe: Recipe, out_dir: Path, threads: int | None) -> list[str]:
@@ -267,6 +270,10 @@ def _compare(
     from polytrain.parity.html_report import write_html
     from polytrain.parity.report import write_json, write_plot
 
+    if isinstance(recipe.model, ModelSpec):  # each run is a process: it reads the spec file
+        spec_file = out / "model.json"
+        atomic_write_bytes(spec_file, json.dumps(recipe.model.to_dict(), indent=2).encode())
+        recipe = replace(recipe, model=str(spec_file))
     runs = []
     for name in backends:
         if not quiet:

@@ -109,15 +109,22 @@ def warn(line: str | None) -> None:
         print(line, file=sys.stderr)
 
 
+def _shown(value: object) -> str:
+    """A recipe value in a line: a model spec's dict by its name."""
+    if isinstance(value, dict) and "net" in value:
+        return f"the spec {value.get('name')!r}"
+    return repr(value)
+
+
 def check_resumable(checkpoint: Checkpoint, recipe: Recipe) -> None:
     """A checkpoint's recipe must agree with the new one where that changes the numbers,
     its position must lie within the recipe, and the trainer's fields of its manifest must
     hold what the trainer reads (one line naming the file and the key)."""
-    saved = checkpoint.recipe or {}
+    saved, now = checkpoint.recipe or {}, recipe.to_dict()
     changed = [
-        f"{k}: checkpoint {saved[k]!r}, now {getattr(recipe, k)!r}"
+        f"{k}: checkpoint {_shown(saved[k])}, now {_shown(now[k])}"
         for k in RESUME_INVARIANTS
-        if k in saved and saved[k] != getattr(recipe, k)
+        if k in saved and saved[k] != now[k]
     ]
     if changed:
         raise ConfigError(

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from polytrain.backend.precision import PRECISIONS
@@ -12,7 +13,9 @@ from polytrain.errors import ConfigError
 from polytrain.neutral.dropout_masks import ParityMasks
 from polytrain.neutral.dropout_masks import check_mode as check_dropout_masks
 from polytrain.neutral.losses import LossSpec, MetricSpec, parse_loss, parse_metric
+from polytrain.neutral.models import ModelSpec
 from polytrain.neutral.optim import OptimizerConfig
+from polytrain.neutral.spec_file import spec_from_dict
 from polytrain.training.schedules import Schedule
 
 SEED_MAX = 2**32 - 1  # numpy's seed range (np.random.default_rng / RandomState)
@@ -25,7 +28,8 @@ class Recipe:
     (2.30) and reaches 84.5 % test accuracy on every backend (docs/default-recipe.md; the
     former default, SGD momentum 0.9 lr 0.05, spiked to 4.4 at step 17)."""
 
-    model: str = "lenet"  # a built-in name, pkg.module:factory, or a spec .json/.toml
+    # a built-in name, pkg.module:factory, a spec .json/.toml (a path too), or a ModelSpec
+    model: str | ModelSpec = "lenet"
     dataset: str = "fashion-mnist"
     data: str | None = None  # an .npz of x_train, y_train[, x_test, y_test]: replaces dataset
     loss: str | dict[str, Any] = "cross_entropy"  # a name or {"name": ..., options}
@@ -59,6 +63,7 @@ class Recipe:
     data_dir: str | None = None
 
     def __post_init__(self) -> None:
+        self.model = _model_reference(self.model)
         for name in ("epochs", "batch_size", "accumulate"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -154,7 +159,15 @@ class Recipe:
             per_layer_weight_decay=dict(self.per_layer_weight_decay),
         )
 
+    @property
+    def model_name(self) -> str:
+        """The model as the run's records name it: the reference, or a spec's name."""
+        return self.model.name if isinstance(self.model, ModelSpec) else self.model
+
     def to_dict(self) -> dict[str, Any]:
+        """Plain data (JSON and TOML): a ModelSpec becomes its dict (``spec_to_dict``)."""
+        if isinstance(self.model, ModelSpec):
+            return {**asdict(replace(self, model="lenet")), "model": self.model.to_dict()}
         return asdict(self)
 
     @classmethod
@@ -164,6 +177,23 @@ class Recipe:
         if unknown:
             raise ConfigError(f"Unknown recipe fields: {', '.join(unknown)}.")
         return cls(**data)
+
+
+def _model_reference(model: object) -> str | ModelSpec:
+    """``model`` as the recipe keeps it: a path as its string, a spec's dict as the spec;
+    anything else is one line saying what the field takes."""
+    if isinstance(model, ModelSpec):
+        return model
+    if isinstance(model, dict):
+        return spec_from_dict(model)
+    if isinstance(model, os.PathLike):
+        return os.fsdecode(model)
+    if isinstance(model, str) and model:
+        return model
+    raise ConfigError(
+        f"--model takes a built-in name, pkg.module:factory or a spec file (from Python, a "
+        f"ModelSpec too), got {type(model).__name__} {model!r:.60}."
+    )
 
 
 def _check_float(name: str, value: object, span: str, ok: Callable[[float], bool]) -> None:

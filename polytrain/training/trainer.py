@@ -345,7 +345,7 @@ class Trainer:
         return RunInfo(
             backend=b.name,
             framework_version=b.version(),
-            model=r.model,
+            model=r.model_name,
             dataset=r.data or r.dataset,
             devices=[b.device_name(d) for d in self.devices],
             epochs=r.epochs,

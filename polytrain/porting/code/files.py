@@ -24,6 +24,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 
 from polytrain.errors import ConfigError, OutputError
 from polytrain.porting.code.convert import Result, convert_source
@@ -111,7 +112,8 @@ def _convert(path: Path) -> Result:
 def _recursion_headroom(frames: int) -> Iterator[None]:
     """Python's recursion limit set to the current depth plus ``frames`` for the block, so
     what converts does not depend on a limit another library raised in this process."""
-    depth, frame = 0, sys._getframe()
+    depth = 0
+    frame: FrameType | None = sys._getframe()
     while frame is not None:
         depth, frame = depth + 1, frame.f_back
     old = sys.getrecursionlimit()
