@@ -15,16 +15,18 @@ import io
 import os
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
 import numpy as np
 
+from polytrain.backend.autodiff import ShardStep
 from polytrain.backend.base import Backend, Device, Model, Tensor
 from polytrain.backend.buckets import bucket_bytes
 from polytrain.backend.collectives import check_reduce_op
 from polytrain.backend.devices import DeviceSeq
 from polytrain.backend.functional import FunctionalOps
+from polytrain.backend.identity import CompileProfile
 from polytrain.backend.mismatch import check_params
 from polytrain.backend.model import build_inputs
 from polytrain.backend.precision import PRECISIONS, PrecisionSupport
@@ -48,6 +50,7 @@ from . import (  # these import paddle too: after the quiet import
     _inspect,
     _parallel,
     _precision,
+    _static,
 )
 from ._format import PaddleFormat
 from ._layers import build, canonical_layout, unwrap
@@ -64,7 +67,7 @@ _NUMPY = {paddle.float32: np.float32, paddle.float64: np.float64}  # parameter d
 class PaddleBackend(Backend):
     name = "paddle"
     framework = "paddle"
-    compiled_mode = "paddle.jit.to_static"
+    compiled_mode = _static.TOOL
     native_suffix = ".pdparams"
 
     def __init__(self, options: Any = None) -> None:
@@ -86,6 +89,9 @@ class PaddleBackend(Backend):
 
     def seed(self, seed: int) -> None:
         paddle.seed(seed)
+
+    def compile_profile(self) -> CompileProfile | None:
+        return _static.profile()
 
     def synchronize(self) -> None:
         # paddle.device.synchronize() raises on CPU, and waits only for the device named
@@ -128,9 +134,9 @@ class PaddleBackend(Backend):
         replicas = [native] + [copy.deepcopy(native) for _ in devices[1:]]
         for replica, device in zip(replicas, devices, strict=True):
             replica.to(device=_devices.place(device))  # a no-op where it already is
-        if self.fast:  # --fast: dygraph-to-static, in place (same parameters and names)
+        if self.fast and spec is None:  # a native layer: dygraph-to-static, in place
             replicas = [paddle.jit.to_static(r, full_graph=True) for r in replicas]
-        return PaddleModel(
+        built = PaddleModel(
             native=native,
             devices=devices,
             replicas=replicas,
@@ -140,6 +146,9 @@ class PaddleBackend(Backend):
             layout=canonical_layout(native),
             training=[None] * len(devices),
         )
+        if self.fast and spec is not None:  # --fast: the training step as a static program
+            built.static = _static.build_step(self, built)
+        return built
 
     def get_params(self, model: Model, replica: int = 0) -> dict[str, np.ndarray]:
         layout, out = PaddleModel.of(model).layout, {}
@@ -214,6 +223,31 @@ class PaddleBackend(Backend):
         from . import _losses
 
         return _losses.named_loss(outputs, targets, loss, reduction)
+
+    def loss_and_gradients(
+        self,
+        model: Model,
+        xs: Sequence[Tensor],
+        ys: Sequence[Tensor],
+        *,
+        loss: LossSpec,
+        denominator: int,
+        loss_scale: float = 1.0,
+        count_correct: bool = False,
+        autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+    ) -> list[ShardStep]:
+        own = PaddleModel.of(model)
+        if own.static is not None and len(xs) == 1:
+            try:
+                return [own.static.run(xs[0], ys[0], loss, loss_scale / denominator,
+                                       count_correct)]  # fmt: skip
+            except _static.StaticUnsupported as exc:  # the model trains eagerly from now on
+                _static.warn_eager(str(exc))
+                own.static = None
+        return super().loss_and_gradients(
+            model, xs, ys, loss=loss, denominator=denominator, loss_scale=loss_scale,
+            count_correct=count_correct, autocast=autocast,
+        )  # fmt: skip
 
     def backward(self, loss: Tensor) -> None:
         loss.backward()
