@@ -56,6 +56,17 @@ def test_a_short_run_stays_eager_on_a_cold_cache_and_compiles_on_a_warm_one() ->
     )
 
 
+def test_a_tool_without_a_cache_names_none_and_its_sub_second_cost() -> None:
+    # Paddle's static graph: one build per process, 0.15 s cold or warm
+    once = CompileProfile("Paddle's static graph", speedup=3.0, cold_s=0.15, warm_s=0.15,
+                          eager_sample_s=8e-4)  # fmt: skip
+    for warm in (False, True):
+        assert decide(RunPlan(10, 32), profile=once, warm=warm) == (
+            True,
+            "10 planned steps >= 9 to repay Paddle's static graph (~0.1 s)",
+        )
+
+
 def test_a_long_run_compiles_even_on_a_cold_cache() -> None:
     fast, reason = decide(RunPlan(planned_steps=625, batch_per_process=256))
     assert fast and reason.startswith("625 planned steps >= 625")

@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--fast",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="compiled execution (MXNet hybridize, torch.compile, Paddle to_static); default: "
+        help="compiled execution (MXNet hybridize, torch.compile, Paddle static graph); default: "
         "automatic, compiled when the planned steps repay the compile (the run header says "
         "which and why; docs/performance.md)",
     )

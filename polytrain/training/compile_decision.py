@@ -93,9 +93,10 @@ def decide_compile(
         return CompileChoice(False, "this model's step time is not modelled (sequence or "
                              "attention layers): --fast compiles it")  # fmt: skip
     need = break_even_steps(profile, plan.batch_per_process, warm, plan.work, plan.layers)
-    cache = "warm" if warm else "cold"
     seconds = compile_seconds(profile, warm, plan.layers)
-    cost = f"to repay {profile.tool} with a {cache} cache (~{seconds:.0f} s)"
+    cached = profile.cold_s != profile.warm_s  # one cost: the tool keeps no cache to name
+    cache = f" with a {'warm' if warm else 'cold'} cache" if cached else ""
+    cost = f"to repay {profile.tool}{cache} (~{seconds:.{0 if seconds >= 1 else 1}f} s)"
     if plan.planned_steps >= need:
         return CompileChoice(True, f"{plan.planned_steps} planned steps >= {need} {cost}")
     return CompileChoice(False, f"{plan.planned_steps} planned steps < {need} {cost}")
