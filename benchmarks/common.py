@@ -28,13 +28,16 @@ except ImportError:  # pragma: no cover - Windows
 
 from polytrain.neutral.models import (
     AvgPool2d,
+    BatchNorm2d,
     Conv2d,
     Flatten,
+    GlobalAvgPool2d,
     Layer,
     Linear,
     MaxPool2d,
     ModelSpec,
     ReLU,
+    Residual,
     Sequential,
     get_model_spec,
 )
@@ -58,8 +61,9 @@ class Workload:
     momentum: float = 0.9
     seed: int = 0
     threads: int | None = None  # per process; None: each backend's default
-    fast: bool | None = None  # None: the backend's default
+    fast: bool | None = None  # None: the backend's default (polytrain: the automatic mode)
     precision: str = "fp32"
+    model: str = MODEL  # lenet; resnet18 where a framework's native loops have it (Paddle)
 
     @property
     def total_steps(self) -> int:
@@ -191,16 +195,28 @@ class Clock:
 def forward_flops(spec: ModelSpec) -> tuple[int, int]:
     """(FLOPs of one sample's forward pass, FLOPs of the first layer with weights):
     2 per multiply-add of convolutions and dense layers, 1 per output of pooling (per
-    window element), ReLU and bias. Only plain sequential specs are counted."""
-    shape: tuple[int, ...] = spec.input_shape
-    total = 0
-    first = None
-    for _, layer in _flat(spec.net):
-        flops, shape = _layer_flops(layer, shape)
-        if first is None and isinstance(layer, Conv2d | Linear):
-            first = flops
-        total += flops
+    window element), ReLU, bias and residual sum, 4 per BatchNorm output. Sequential
+    specs with residual blocks are counted."""
+    total, first, _ = _net_flops(spec.net, spec.input_shape)
     return total, first or 0
+
+
+def _net_flops(net: Layer, shape: tuple[int, ...]) -> tuple[int, int | None, tuple[int, ...]]:
+    """(FLOPs, FLOPs of the first weighted layer or None, output shape) of ``net``."""
+    total, first = 0, None
+    for _, layer in _flat(net):
+        if isinstance(layer, Residual):
+            flops, head, out = _net_flops(layer.body, shape)
+            if layer.shortcut is not None:
+                flops += _net_flops(layer.shortcut, shape)[0]
+            flops += 2 * math.prod(out)  # the sum and its ReLU
+        else:
+            flops, out = _layer_flops(layer, shape)
+            head = flops if isinstance(layer, Conv2d | Linear) else None
+        if first is None:
+            first = head
+        total, shape = total + flops, out
+    return total, first, shape
 
 
 def train_flops_per_sample(spec: ModelSpec) -> int:
@@ -239,6 +255,10 @@ def _layer_flops(layer: Layer, shape: tuple[int, ...]) -> tuple[int, tuple[int, 
         return c * ho * wo * k * k, (c, ho, wo)
     if isinstance(layer, ReLU):
         return math.prod(shape), shape
+    if isinstance(layer, BatchNorm2d):
+        return 4 * math.prod(shape), shape
+    if isinstance(layer, GlobalAvgPool2d):
+        return math.prod(shape), shape[:1]
     if isinstance(layer, Flatten):
         return 0, (math.prod(shape),)
     raise ValueError(f"FLOP counting does not know {type(layer).__name__}")
@@ -351,7 +371,8 @@ def machine() -> dict[str, Any]:
     return info
 
 
-def initial_weights(seed: int) -> list[np.ndarray]:
-    """LeNet's initial weights in model order (conv1 w, b, conv2 w, b, fc1 w, b, fc2 w, b),
-    canonical (PyTorch) layout: what each native loop loads into its own layers."""
-    return list(lenet().init_params(seed).values())
+def initial_weights(seed: int, model: str = MODEL) -> list[np.ndarray]:
+    """The model's initial weights in model order (LeNet: conv1 w, b, conv2 w, b, fc1 w, b,
+    fc2 w, b; BatchNorm: weight, bias, running mean, running variance), canonical (PyTorch)
+    layout: what each native loop loads into its own layers."""
+    return list(get_model_spec(model).init_params(seed).values())

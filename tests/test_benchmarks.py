@@ -106,6 +106,20 @@ def test_peak_fractions_pair_each_round_with_its_own_probe() -> None:
         peak_fractions(rounds, [200.0], 1e8)
 
 
+def test_flops_count_residual_blocks_and_batch_norm() -> None:
+    from benchmarks.common import forward_flops, lenet, train_flops_per_sample
+    from polytrain.neutral.models import get_model_spec
+    from polytrain.neutral.work import forward_multiply_adds
+
+    assert train_flops_per_sample(lenet()) == 13_401_658  # unchanged: 13.4 MFLOP
+    spec = get_model_spec("resnet18")
+    total, first = forward_flops(spec)
+    assert first == 2 * 28 * 28 * 64 * 9 + 28 * 28 * 64  # the stem: multiply-adds and bias
+    macs = forward_multiply_adds(spec)
+    assert macs is not None and 2 * macs < total < 1.01 * 2 * macs  # BN, ReLU, sums: < 1 %
+    assert train_flops_per_sample(spec) == 3 * total - first
+
+
 def test_run_benchmark_reports_the_round_peak(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     from benchmarks.run import ROOT
