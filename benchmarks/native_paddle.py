@@ -1,7 +1,9 @@
-"""LeNet on Fashion-MNIST written by hand, as a PaddlePaddle user would: nn.Sequential,
-CrossEntropyLoss, paddle.optimizer.Momentum, ``float(loss)`` every step."""
+"""LeNet (or ResNet-18) on Fashion-MNIST written by hand, as a PaddlePaddle user would:
+nn.Sequential, CrossEntropyLoss, paddle.optimizer.Momentum, ``float(loss)`` every step."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import paddle
@@ -20,10 +22,50 @@ def lenet() -> nn.Sequential:
     )  # fmt: skip
 
 
+class Block(nn.Layer):
+    """d2l's residual block: conv-BN-ReLU-conv-BN, plus a 1x1 conv shortcut where the shape
+    changes, then ReLU."""
+
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2D(cin, cout, 3, stride, 1)
+        self.bn1 = nn.BatchNorm2D(cout)
+        self.conv2 = nn.Conv2D(cout, cout, 3, 1, 1)
+        self.bn2 = nn.BatchNorm2D(cout)
+        self.short = nn.Conv2D(cin, cout, 1, stride) if stride != 1 or cin != cout else None
+
+    def forward(self, x: Any) -> Any:
+        y = self.bn2(self.conv2(nn.functional.relu(self.bn1(self.conv1(x)))))
+        return nn.functional.relu(y + (x if self.short is None else self.short(x)))
+
+
+def resnet18() -> nn.Sequential:
+    """The zoo's ResNet-18 (d2l: 3x3 stem, no max-pool, 64/128/256/512 stages of two
+    blocks, global average pool, dense) for 1x28x28 inputs."""
+    layers: list[nn.Layer] = [nn.Conv2D(1, 64, 3, 1, 1), nn.BatchNorm2D(64), nn.ReLU()]
+    cin = 64
+    for i, cout in enumerate((64, 128, 256, 512)):
+        layers += [Block(cin, cout, 1 if i == 0 else 2), Block(cout, cout, 1)]
+        cin = cout
+    layers += [nn.AdaptiveAvgPool2D(1), nn.Flatten(), nn.Linear(512, 10)]
+    return nn.Sequential(*layers)
+
+
+MODELS = {"lenet": lenet, "resnet18": resnet18}
+
+
+def load_weights(net: nn.Layer, work: Workload) -> None:
+    """The spec's initial weights, in order (parameters and BatchNorm statistics alike)."""
+    weights = initial_weights(work.seed, work.model)
+    for tensor, w in zip(net.state_dict().values(), weights, strict=True):
+        value = w.T if w.ndim == 2 else w  # Paddle's Linear weight is [in, out]
+        assert tuple(tensor.shape) == value.shape, (tensor.shape, value.shape)
+        tensor.set_value(np.ascontiguousarray(value))
+
+
 def run(work: Workload, x: np.ndarray, y: np.ndarray) -> Measurement:
-    net = lenet()
-    for p, w in zip(net.parameters(), initial_weights(work.seed), strict=True):
-        p.set_value(w.T if w.ndim == 2 else w)  # Paddle's Linear weight is [in, out]
+    net = MODELS[work.model]()
+    load_weights(net, work)
     model = paddle.jit.to_static(net, full_graph=True) if work.fast else net
     optimizer = paddle.optimizer.Momentum(
         learning_rate=work.lr, momentum=work.momentum, parameters=net.parameters()

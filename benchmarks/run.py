@@ -1,9 +1,13 @@
 """polytrain against hand-written native loops: ``python -m benchmarks.run [--quick]``.
 
 For each backend, one worker process (threads fixed before the framework is imported)
-trains the same LeNet/Fashion-MNIST workload through polytrain's Trainer and through
-that framework's idiomatic loop (``benchmarks/native_<framework>.py``): one discarded
-round, then ``repeats`` rounds in ABBA order (who goes first alternates). Per loop and
+trains the same LeNet/Fashion-MNIST workload (``--model resnet18``: ResNet-18, for the
+frameworks whose native loops have it) through polytrain's Trainer (``polytrain train``'s
+automatic mode unless ``--fast``/``--no-fast``) and through that framework's idiomatic
+loop (``benchmarks/native_<framework>.py``), and where the framework has one, a
+hand-written static-graph loop (``native_<framework>_static.py``: Paddle; the faster of
+its variants, chosen by one untimed run each): one discarded round, then ``repeats``
+rounds in ABBA order (who goes first alternates). Per loop and
 round it records wall time and CPU time (the process's threads and its children) per
 sample; it reports samples/s (median and spread), the ratio polytrain/native of samples/s
 and of CPU time per sample (medians of the per-round ratios, so a drift of the machine
@@ -20,10 +24,12 @@ on a quiet one.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -50,13 +56,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument(
+        "--model", default="lenet", choices=("lenet", "resnet18"),
+        help="resnet18: for frameworks whose native loops have it (paddle)",
+    )  # fmt: skip
+    parser.add_argument(
         "--threads", type=int, default=None, help="per process (default: polytrain's)"
     )
     parser.add_argument(
         "--fast",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="compiled execution in both loops (default: each backend's default)",
+        help="compiled execution in both loops (default: polytrain's automatic mode, the "
+        "native loop the backend's default)",
     )
     parser.add_argument("--json", default=None, help="also write the results to this file")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -74,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         batch_size=args.batch_size,
         threads=args.threads,
         fast=args.fast,
+        model=args.model,
     )
     repeats = args.repeats or (6 if quick else 12)
     run_info = {
@@ -122,43 +134,76 @@ def run_worker(name: str, work: Any, repeats: int) -> dict[str, Any]:
 
 
 def worker(name: str, work_dict: dict[str, Any], repeats: int) -> int:
-    from polytrain.utils.threads import cpu_count, export_thread_env
+    from polytrain.utils.threads import export_thread_env
 
     from .common import Workload
 
     work = Workload(**work_dict)
     if work.threads is not None:  # before any framework import (docs/architecture.md: traps)
         export_thread_env(work.threads)
-    import importlib
-
     from polytrain import get_backend
 
-    from . import through_polytrain
-    from .common import (
-        Measurement,
-        Summary,
-        interleaved,
-        lenet,
-        load_train,
-        machine,
-        matmul_peak_gflops,
-        peak_fractions,
-        per_round_ratios,
-        train_flops_per_sample,
-    )
+    from .common import load_train
 
     backend = get_backend(name, threads=work.threads)  # sets the framework's own setters
-    fast = backend.fast if work.fast is None else work.fast
-    work = replace(work, fast=fast, threads=backend.threads()["intra_op"])
-    native = importlib.import_module(f"benchmarks.native_{backend.framework}")
+    work = replace(work, threads=backend.threads()["intra_op"])
     x, y = load_train(work.train_samples)
-    loops = {
-        "polytrain": lambda: through_polytrain.run(name, work, x, y),
-        "native": lambda: native.run(work, x, y),
+    loops, info = _loops(name, backend, work, x, y)
+    measured, rounds = _rounds(loops, repeats)
+    out = {
+        "backend": name,
+        "framework_version": backend.version(),
+        "threads": backend.threads(),
+        "fast": measured["polytrain"][-1].extra["fast"],
+        "fast_reason": measured["polytrain"][-1].extra["fast_reason"],
+        **info,
+        "work": work.to_dict(),
+        **_summaries(work, measured, rounds),
     }
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+def _loops(
+    name: str, backend: Any, work: Any, x: Any, y: Any
+) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
+    """The loops to time (polytrain, the native loop, the hand-written static-graph loop
+    where the framework has one) and what was chosen for them."""
+    import importlib
+
+    from . import through_polytrain
+    from .common import MODEL
+
+    native = importlib.import_module(f"benchmarks.native_{backend.framework}")
+    if work.model not in getattr(native, "MODELS", {MODEL: None}):
+        raise SystemExit(f"the native {backend.framework} loop has no {work.model}")
+    native_fast = bool(backend.fast if work.fast is None else work.fast)
+    loops: dict[str, Callable[[], Any]] = {
+        "polytrain": lambda: through_polytrain.run(name, work, x, y),
+        "native": lambda: native.run(replace(work, fast=native_fast), x, y),
+    }
+    info: dict[str, Any] = {"native_fast": native_fast}
+    static = None
+    with contextlib.suppress(ModuleNotFoundError):  # a hand-written static-graph loop
+        static = importlib.import_module(f"benchmarks.native_{backend.framework}_static")
+    if static is not None:
+        info["static_variant"] = variant = _fastest_variant(static, work, x, y)
+        flag = static.VARIANTS[variant]
+        loops["native_static"] = lambda: static.run(work, x, y, flag)
+    return loops, info
+
+
+def _rounds(
+    loops: dict[str, Callable[[], Any]], repeats: int
+) -> tuple[dict[str, list[Any]], list[dict[str, Any]]]:
+    """One discarded round, then ``repeats`` in ABBA order, a matmul probe after each."""
+    from polytrain.utils.threads import cpu_count
+
+    from .common import interleaved, matmul_peak_gflops
+
     for run_once in loops.values():  # one discarded round: caches, allocator, kernels
         run_once()
-    measured: dict[str, list[Measurement]] = {k: [] for k in loops}
+    measured: dict[str, list[Any]] = {k: [] for k in loops}
     order = interleaved(0, repeats, list(loops))  # ABBA: who goes first alternates
     rounds = []
     for r in range(repeats):
@@ -171,18 +216,23 @@ def worker(name: str, work_dict: dict[str, Any], repeats: int) -> int:
         rounds.append(
             {"order": pair, "load_start": load_start, "load_end": load_end, "matmul": probe}
         )
-    ratios, cpu_ratios = per_round_ratios(measured["polytrain"], measured["native"])
-    flops = train_flops_per_sample(lenet())
+    return measured, rounds
+
+
+def _summaries(
+    work: Any, measured: dict[str, list[Any]], rounds: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The ratios against each reference loop, the peak fractions and each loop's figures."""
+    from polytrain.neutral.models import get_model_spec
+
+    from .common import machine, peak_fractions, per_round_ratios, train_flops_per_sample
+
+    flops = train_flops_per_sample(get_model_spec(work.model))
     round_peaks = [max(r["matmul"].values()) for r in rounds]
     fractions = peak_fractions(measured["polytrain"], round_peaks, flops)
     peak = max((r["matmul"] for r in rounds), key=lambda probe: max(probe.values()))
     loads = [v for r in rounds for v in (r["load_start"], r["load_end"]) if v is not None]
-    out = {
-        "backend": name,
-        "framework_version": backend.version(),
-        "threads": backend.threads(),
-        "fast": fast,
-        "work": work.to_dict(),
+    out: dict[str, Any] = {
         "machine": machine(),
         "train_flops_per_sample": flops,
         "matmul_peak_gflops": peak,  # the best round's probe
@@ -190,26 +240,42 @@ def worker(name: str, work_dict: dict[str, Any], repeats: int) -> int:
         "round_peak_fraction": _ratio_summary(fractions),
         "rounds": rounds,
         "load_max": max(loads, default=None),
-        "ratio": _ratio_summary(ratios),
-        "cpu_ratio": _ratio_summary(cpu_ratios),
     }
+    for reference, suffix in (("native", ""), ("native_static", "_static")):
+        if reference in measured:
+            ratios, cpu_ratios = per_round_ratios(measured["polytrain"], measured[reference])
+            out[f"ratio{suffix}"] = _ratio_summary(ratios)
+            out[f"cpu_ratio{suffix}"] = _ratio_summary(cpu_ratios)
     for key, ms in measured.items():
-        s = Summary([m.samples_per_second for m in ms])
-        cpu_us = [1e6 * m.extra["cpu_seconds"] / m.samples for m in ms]
-        out[key] = {
-            "samples_per_second": s.values,
-            "median": s.median,
-            "spread": s.spread,
-            "iqr": s.iqr,
-            "gflops": s.median * flops / 1e9,
-            "last_loss": ms[-1].last_loss,
-            "wall_us_per_sample": [1e6 * m.seconds / m.samples for m in ms],
-            "cpu_us_per_sample": cpu_us,
-            "cpu_us_per_sample_median": Summary(cpu_us).median,
-            "children_cpu_seconds": [m.extra["children_cpu_seconds"] for m in ms],
-        }
-    print(json.dumps(out), flush=True)
-    return 0
+        out[key] = _loop_figures(ms, flops)
+    return out
+
+
+def _loop_figures(ms: list[Any], flops: int) -> dict[str, Any]:
+    """One loop's samples/s (median, spread), GFLOP/s, last loss and per-sample times."""
+    from .common import Summary
+
+    s = Summary([m.samples_per_second for m in ms])
+    cpu_us = [1e6 * m.extra["cpu_seconds"] / m.samples for m in ms]
+    return {
+        "samples_per_second": s.values,
+        "median": s.median,
+        "spread": s.spread,
+        "iqr": s.iqr,
+        "gflops": s.median * flops / 1e9,
+        "last_loss": ms[-1].last_loss,
+        "wall_us_per_sample": [1e6 * m.seconds / m.samples for m in ms],
+        "cpu_us_per_sample": cpu_us,
+        "cpu_us_per_sample_median": Summary(cpu_us).median,
+        "children_cpu_seconds": [m.extra["children_cpu_seconds"] for m in ms],
+    }
+
+
+def _fastest_variant(static: Any, work: Any, x: Any, y: Any) -> str:
+    """The static loop's variant with the most samples/s in one untimed try each."""
+    speed = {v: static.run(work, x, y, flag).samples_per_second
+             for v, flag in static.VARIANTS.items()}  # fmt: skip
+    return max(speed, key=speed.__getitem__)
 
 
 def _ratio_summary(ratios: list[float]) -> dict[str, Any]:
@@ -245,8 +311,9 @@ def report(
         f"{_load(run_info['load_start'])} at start, {_load(run_info['load_end'])} at end, "
         f"max {_load(max(loads, default=None))} at the rounds' starts and ends"
     )
+    model = {"lenet": "LeNet", "resnet18": "ResNet-18"}[work.model]
     print(
-        f"LeNet / Fashion-MNIST, batch {work.batch_size}, {work.steps} timed steps after "
+        f"{model} / Fashion-MNIST, batch {work.batch_size}, {work.steps} timed steps after "
         f"{work.warmup} warm-up, one discarded round, then {repeats} rounds in ABBA order; "
         "samples/s: median (± half the range); ratio: polytrain/native samples/s per round; "
         "cpu ratio: native/polytrain CPU time per sample (process + children) per round; "
@@ -276,6 +343,9 @@ def report(
             f"{_percent_ci(r['round_peak_fraction']):>21} "
             f"{_load(r.get('load_max')):>8} {p['last_loss']:8.5f}/{n['last_loss']:.5f}"
         )
+    _static_table([r for r in ok if "ratio_static" in r])
+    for r in ok:
+        print(f"{r['backend']}: polytrain {'fast' if r['fast'] else 'eager'} ({r['fast_reason']})")
     if ok:
         q = ok[0]["ratio"]
         lo, hi = q["ranks"]
@@ -283,6 +353,26 @@ def report(
             f"95% CI: order statistics {lo}..{hi} of the {len(q['rounds'])} per-round ratios "
             f"(distribution-free), exact coverage {100 * q['coverage']:.1f}%"
             + (" (too few rounds for 95%)" if q["coverage"] < q["confidence"] else "")
+        )
+
+
+def _static_table(rows: list[dict[str, Any]]) -> None:
+    """polytrain against the hand-written static-graph loop (Paddle), where there is one."""
+    if not rows:
+        return
+    print("polytrain vs the hand-written static-graph loop (the faster of its variants):")
+    header = (
+        f"{'backend':8} {'static loop':>15} {'variant':>17} {'ratio [95% CI]':>21} "
+        f"{'cpu ratio [95% CI]':>21} {'last loss p/s':>17}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        p, n = r["polytrain"], r["native_static"]
+        print(
+            f"{r['backend']:8} {_cell(n):>15} {r['static_variant']:>17} "
+            f"{_ci(r['ratio_static']):>21} {_ci(r['cpu_ratio_static']):>21} "
+            f"{p['last_loss']:8.5f}/{n['last_loss']:.5f}"
         )
 
 

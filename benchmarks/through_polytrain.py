@@ -7,13 +7,13 @@ import time
 
 import numpy as np
 
-from polytrain import get_backend, hookimpl
+from polytrain import hookimpl
 from polytrain.data import ArrayDataset
 from polytrain.plugins.records import RunInfo, StepRecord
 from polytrain.training.recipe import Recipe
 from polytrain.training.trainer import Datasets, Trainer
 
-from .common import MODEL, Clock, Measurement, Workload
+from .common import Clock, Measurement, Workload
 
 
 class StepClock:
@@ -35,9 +35,10 @@ class StepClock:
 
 
 def run(backend_name: str, work: Workload, x: np.ndarray, y: np.ndarray) -> Measurement:
-    backend = get_backend(backend_name, threads=work.threads, fast=work.fast)
+    """The Trainer builds the backend, as ``polytrain train`` does: ``work.fast`` None is
+    its automatic mode (the choice and its reason are in the measurement)."""
     recipe = Recipe(
-        model=MODEL,
+        model=work.model,
         epochs=1,
         batch_size=work.batch_size,
         optimizer=work.optimizer,
@@ -48,10 +49,15 @@ def run(backend_name: str, work: Workload, x: np.ndarray, y: np.ndarray) -> Meas
     )
     test = ArrayDataset(x[: work.batch_size], y[: work.batch_size], num_classes=10)
     data = Datasets(train=ArrayDataset(x, y, num_classes=10), test=test)
-    clock = StepClock(work, backend.synchronize)
-    trainer = Trainer(recipe, backend, plugins=[clock], progress=False, datasets=data)
+    clock = StepClock(work, lambda: None)
+    trainer = Trainer(recipe, backend_name, plugins=[clock], progress=False, datasets=data,
+                      threads=work.threads, fast=work.fast)  # fmt: skip
+    backend = trainer.backend
+    clock.sync = backend.synchronize
     clock.started = time.perf_counter()
     trainer.fit()
+    choice = trainer.compile_choice
     return clock.clock.measurement(
-        "polytrain", clock.last_loss, threads=backend.threads(), first_step_seconds=clock.first_step
-    )
+        "polytrain", clock.last_loss, threads=backend.threads(),
+        first_step_seconds=clock.first_step, fast=backend.fast, fast_reason=choice.reason,
+    )  # fmt: skip

@@ -142,3 +142,39 @@ def test_run_benchmark_reports_the_round_peak(tmp_path: Path) -> None:
     fractions = [g / p for g, p in zip(gflops, probes, strict=True)]
     assert result["round_peak_fraction"]["rounds"] == pytest.approx(fractions)
     assert min(fractions) <= result["round_peak_fraction"]["median"] <= max(fractions)
+
+
+def test_run_benchmark_times_paddle_against_its_static_graph_loop(tmp_path: Path) -> None:
+    pytest.importorskip("paddle")
+    from benchmarks.native_paddle_static import VARIANTS
+    from benchmarks.run import ROOT
+
+    out_json = tmp_path / "run.json"
+    argv = ["--backends", "paddle", "--repeats", "2", "--steps", "2", "--warmup", "1",
+            "--batch-size", "16", "--threads", "1", "--fast", "--json", str(out_json)]  # fmt: skip
+    cmd = [sys.executable, "-m", "benchmarks.run", *argv]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "polytrain vs the hand-written static-graph loop" in proc.stdout
+    assert "paddle: polytrain fast (--fast)" in proc.stdout
+    (result,) = json.loads(out_json.read_text())["results"]
+    assert result["fast"] and result["static_variant"] in VARIANTS
+    assert len(result["ratio_static"]["rounds"]) == 2
+    losses = [result[loop]["last_loss"] for loop in ("polytrain", "native", "native_static")]
+    assert max(losses) - min(losses) < 1e-4, losses  # the same weights and batches
+
+
+# Paddle's own BatchNorm2D warns at every training forward (polytrain's does not)
+@pytest.mark.filterwarnings("ignore:When training, we now always track:UserWarning")
+def test_paddles_resnet18_loops_start_from_the_specs_weights() -> None:
+    """The hand-written ResNet-18 loops (dygraph and static graph) load the spec's
+    parameters and BatchNorm statistics in order: three steps give polytrain's loss."""
+    pytest.importorskip("paddle")
+    from benchmarks import native_paddle, native_paddle_static, through_polytrain
+    from benchmarks.common import Workload, load_train
+
+    work = Workload(steps=2, warmup=1, batch_size=4, threads=1, fast=False, model="resnet18")
+    x, y = load_train(work.train_samples)
+    want = through_polytrain.run("paddle", work, x, y).last_loss
+    assert native_paddle.run(work, x, y).last_loss == pytest.approx(want, abs=1e-5)
+    assert native_paddle_static.run(work, x, y).last_loss == pytest.approx(want, abs=1e-5)
