@@ -114,7 +114,8 @@ def files_in(folder: Path) -> dict[str, bytes]:
 def on_pythonpath(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
     """``folder`` importable here and in the processes the test starts."""
     monkeypatch.syspath_prepend(str(folder))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(folder), os.environ["PYTHONPATH"]]))
+    paths = [str(folder), *filter(None, [os.environ.get("PYTHONPATH")])]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))
 
 
 @pytest.fixture
