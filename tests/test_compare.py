@@ -119,7 +119,8 @@ def test_a_perturbed_gradient_fails_compare(
 
     monkeypatch.setattr(_kernels, "conv2d_backward", scaled)  # lockstep runs in this process
     args = ["compare", "--backends", f"{others[0]},numpy", "--reference", others[0], *SLICE,
-            "--max-steps", "2", "--parity-steps", "2", "--out", str(tmp_path), "--quiet"]  # fmt: skip
+            "--max-steps", "2", "--parity-steps", "2", "--out", str(tmp_path),
+            "--quiet"]  # fmt: skip
     assert main(args) == 1
     out = " ".join(capsys.readouterr().out.split())
     assert f"FAIL lockstep numpy vs {others[0]}: the gradient of conv" in out
