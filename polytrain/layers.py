@@ -10,7 +10,7 @@ Every layer type of :data:`LAYER_TYPES` is here (a test checks it).
 
 from __future__ import annotations
 
-from polytrain.neutral.models import (
+from polytrain.neutral.models.layers import (
     GELU,
     GRU,
     LAYER_TYPES,

@@ -27,8 +27,16 @@ from polytrain.backend.base import Model
 from polytrain.data import load_dataset
 from polytrain.errors import CheckpointError, ConfigError
 from polytrain.io.checkpoint import save_checkpoint
-from polytrain.io.convert import builtin_map, load_map, read_weights, write_weights
-from polytrain.neutral.models import ModelSpec
+from polytrain.io.convert import NameRule, builtin_map, load_map, read_weights, write_weights
+from polytrain.io.native import formats as native_formats
+from polytrain.neutral.models import (
+    MODELS,
+    Linear,
+    ModelSpec,
+    MultiHeadSelfAttention,
+    layer_parameters,
+    seq,
+)
 from polytrain.neutral.optim import OptimizerConfig
 from polytrain.testing import backends_under_test, tiny_resnet
 from polytrain.training.step import StepRunner
@@ -469,3 +477,21 @@ def test_a_large_input_is_announced(
     assert convert(ck, tmp_path / "large.pdparams", "--to", "paddle") == 0
     err = capsys.readouterr().err
     assert f"polytrain convert: reading {ck} (" in err and "large.pdparams ..." in err
+
+
+def test_one_name_rule_serves_both_directions() -> None:
+    """Every registered format's rule names each tensor of every built-in model (and an
+    attention layer, whose leaves have dots) as its table says for the layer's own leaf,
+    reading that name back gives the canonical one, and its layout is the table's."""
+    attention = seq(("attn", MultiHeadSelfAttention(8, 2)), ("head", Linear(8, 4)))
+    specs = [get_model_spec(m) for m in MODELS]
+    specs.append(ModelSpec("attention", attention, input_shape=(3, 8), num_classes=4))
+    for fmt, spec in itertools.product(native_formats(), specs):
+        rule = NameRule.of(fmt)
+        for path, layer in spec.layers():
+            kind = type(layer).__name__
+            for leaf in layer_parameters(layer):
+                name, native = f"{path}.{leaf}", f"{path}.{rule.layout.native_leaf(kind, leaf)}"
+                assert rule.native_name(name, kind) == native, (fmt, name)
+                assert rule.canonical_name(native) == name, (fmt, native)
+                assert rule.transpose(kind, name, 2) == rule.layout.is_transposed(kind, leaf)

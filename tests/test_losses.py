@@ -20,8 +20,10 @@ from polytrain.neutral.losses import (
     parse_metric,
 )
 from polytrain.neutral.models import Linear, ModelSpec, seq
+from polytrain.plugins.records import EpochRecord, RunInfo
 from polytrain.plugins.registry import get_backend
 from polytrain.testing.conformance import backends_under_test
+from polytrain.training.builtin_plugins import ProgressBar
 from polytrain.training.step import StepRunner
 
 LOSSES = {
@@ -135,6 +137,28 @@ def test_parsing_names_and_json() -> None:
         LossSpec(label_smoothing=1.5)
     with pytest.raises(ConfigError, match="options are label_smoothing"):
         parse_loss('{"name": "cross_entropy", "smoothing": 0.1}')
+
+
+@pytest.mark.parametrize(
+    ("metric", "train", "test"),
+    [
+        ("accuracy", "train accuracy 81.25%", "test accuracy 50.00%"),
+        ('{"name": "top_k", "k": 5}', "train top-5 81.25%", "test top-5 50.00%"),
+        ("mse", "train mse 0.8125", "test mse 0.5"),
+    ],
+)
+def test_the_epoch_line_prints_each_metric_with_its_own_unit(
+    metric: str, train: str, test: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An mse is no share of samples: the epoch line names the metric and shows a count's
+    share in percent, an mse as it is (it printed 'acc 81.25%' for every metric)."""
+    run = RunInfo("numpy", "1", "mlp", "data", ["cpu"], 1, 2, 32, 32, recipe={"metric": metric})
+    epoch = EpochRecord(
+        0, 0.5, train_accuracy=0.8125, test_accuracy=0.5, seconds=1, samples_per_second=64
+    )
+    ProgressBar(enabled=True, bar=False).polytrain_epoch_end(run, epoch)
+    line = capsys.readouterr().err
+    assert f"{train}, {test}," in line, line
 
 
 def test_targets_are_checked_against_the_loss_in_one_line() -> None:

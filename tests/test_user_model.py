@@ -18,7 +18,7 @@ from polytrain.cli.main import main
 from polytrain.errors import ConfigError, DataError
 from polytrain.io.checkpoint import find_checkpoint, load_checkpoint
 from polytrain.neutral import reference
-from polytrain.neutral.models import ModelSpec
+from polytrain.neutral.models import ModelSpec, mlp
 from polytrain.neutral.spec_file import (
     resolve_model_spec,
     spec_from_dict,
@@ -263,3 +263,18 @@ def test_every_layer_type_is_in_the_public_layer_module() -> None:
 
     missing = [name for name in LAYER_TYPES if name not in polytrain.layers.__all__]
     assert not missing, f"polytrain.layers lacks {missing}"
+
+
+def test_the_init_rule_has_a_neutral_name_and_reads_its_old_one(tmp_path: Path) -> None:
+    """``fan_in_uniform`` is PyTorch's Conv/Linear default; a spec or file that says
+    ``torch_default`` (its name before) still loads, as the same rule."""
+    new = ModelSpec("fan-in", mlp().net, init="fan_in_uniform")
+    old = ModelSpec.from_dict({**new.to_dict(), "init": "torch_default"})
+    assert old.init == "fan_in_uniform" and old.to_dict() == new.to_dict()
+    for name, value in new.init_params(seed=3).items():
+        np.testing.assert_array_equal(old.init_params(seed=3)[name], value)
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({**new.to_dict(), "init": "torch_default"}))
+    assert spec_from_file(path).init == "fan_in_uniform"
+    bias = new.init_params()["fc1.bias"]  # U(+-1/sqrt(fan_in)), weights and biases alike
+    assert 0 < np.abs(bias).max() <= 1 / np.sqrt(784)

@@ -64,7 +64,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             else " (no --out: nothing saved)"
         )
         print(f"polytrain train: {summary.stop_reason}{where}", file=sys.stderr)
-        signum = trainer._stop_signal or 2
+        signum = trainer.stop.number or 2
         return 128 + signum
     if rank != 0:  # rank 0 reports for the job
         return 0

@@ -51,7 +51,7 @@ CONTAINERS = {
 
 def _argument(field: dataclasses.Field[Any], hint: Any) -> str:
     kind = hint.__name__ if isinstance(hint, type) else str(hint)
-    kind = re.sub(r"\b(typing|builtins|polytrain\.neutral\.\w+)\.", "", kind)
+    kind = re.sub(r"\b(typing|builtins|polytrain\.neutral(\.\w+)+)\.", "", kind)
     text = f"`{field.name}`: {kind}"
     if field.default is not dataclasses.MISSING:
         text += f" = `{field.default!r}`"

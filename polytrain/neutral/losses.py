@@ -110,6 +110,10 @@ class MetricSpec:
     def label(self) -> str:
         return f"top-{self.k}" if self.name == "top_k" else self.name
 
+    def shown(self, value: float) -> str:
+        """A value as a line prints it: a share of samples in percent, mse as it is."""
+        return f"{100 * value:.2f}%" if self.counts else f"{value:.5g}"
+
 
 def _parse(value: object, what: str) -> dict[str, Any]:
     """A name, a JSON object text, or a mapping -> a dict with ``name``."""

@@ -319,10 +319,3 @@ class ProgressLine:
         self.last = now
         print(f"   {self.what}: step {done}/{self.total} ({now - self.start:.0f} s)",
               file=sys.stderr, flush=True)  # fmt: skip
-
-
-def load_comparison(path: str | Path) -> dict[str, Any]:
-    """A comparison.json as a dict."""
-    with open(path, encoding="utf-8") as fh:
-        data: dict[str, Any] = json.load(fh)
-    return data

@@ -4,8 +4,8 @@ Two groups, by life-cycle phase:
 
 * discovery: ``polytrain_register_backends``, ``polytrain_register_formats`` and
   ``polytrain_register_launchers`` let a plugin add a backend, its native weight
-  format(s) and its launcher; the core knows a framework only through these. The three
-  built-in backends (torch, paddle, mxnet) are found through the ``polytrain``
+  format(s) and its launcher; the core knows a framework only through these. The
+  built-in backends (``backends/polytrain_<name>/``) are found through the ``polytrain``
   entry-point group exactly like a third-party one.
 * training events: called by the recipe loop in :mod:`polytrain.training.trainer`; the
   progress bar and the JSON-lines metrics logger are built-in plugins that

@@ -135,7 +135,7 @@ def pooling_spec(pool: AvgPool2d | MaxPool2d, size: int = 9) -> ModelSpec:
             ("fc", Linear(2 * out * out, 10)),
         ),
         input_shape=(1, size, size),
-        init="torch_default",
+        init="fan_in_uniform",
     )
 
 

@@ -204,7 +204,7 @@ def case_spec(case: LayerCase) -> ModelSpec:
         if out.ndim > 2:
             layers.append(("flatten", Flatten()))
         net = seq(*layers, ("head", Linear(int(np.prod(out.shape[1:])), 10)))
-    return ModelSpec(f"layer-{case.id}", net, input_shape=case.shape, init="torch_default")
+    return ModelSpec(f"layer-{case.id}", net, input_shape=case.shape, init="fan_in_uniform")
 
 
 def _is_image(shape: tuple[int, ...]) -> bool:

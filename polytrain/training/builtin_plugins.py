@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
+from polytrain.neutral.losses import parse_metric
 from polytrain.plugins.hookspecs import hookimpl
 from polytrain.plugins.records import EpochRecord, RunInfo, StepRecord, Summary
 
@@ -75,7 +76,8 @@ class ProgressBar:
             self._bar.close()
             self._bar = None
         if self.enabled and run.is_main:
-            test = "-" if epoch.test_accuracy is None else f"{100 * epoch.test_accuracy:.2f}%"
+            metric = parse_metric(run.recipe.get("metric", "accuracy"))
+            test = "-" if epoch.test_accuracy is None else metric.shown(epoch.test_accuracy)
             ppl = (
                 ""
                 if epoch.test_perplexity is None
@@ -83,7 +85,8 @@ class ProgressBar:
             )
             print(
                 f"epoch {epoch.epoch + 1}/{run.epochs}: loss {epoch.train_loss:.4f}, "
-                f"train acc {100 * epoch.train_accuracy:.2f}%, test acc {test}, {ppl}"
+                f"train {metric.label} {metric.shown(epoch.train_accuracy)}, "
+                f"test {metric.label} {test}, {ppl}"
                 f"{epoch.seconds:.1f} s, {epoch.samples_per_second:.0f} samples/s",
                 file=sys.stderr,
             )

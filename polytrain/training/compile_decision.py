@@ -12,8 +12,10 @@ from typing import Any
 
 from polytrain.backend.base import Backend
 from polytrain.backend.identity import CompileProfile
+from polytrain.backend.precision import param_dtype
 from polytrain.neutral.models import ModelSpec, lenet
 from polytrain.neutral.work import forward_multiply_adds, layer_count
+from polytrain.training.recipe import Recipe
 
 
 @dataclass(frozen=True)
@@ -129,3 +131,35 @@ def model_work(spec: ModelSpec) -> dict[str, Any]:
     macs, reference = forward_multiply_adds(spec), forward_multiply_adds(lenet())
     work = macs / reference if macs is not None and reference else None
     return {"work": work, "layers": layer_count(spec) / layer_count(lenet())}
+
+
+def choose_for_run(
+    backend: Backend,
+    recipe: Recipe,
+    spec: ModelSpec,
+    steps_per_epoch: int,
+    *,
+    requested: bool | None,
+    inspect: bool,
+    auto: bool = True,
+) -> CompileChoice:
+    """A run's choice (--fast, --no-fast or automatic), applied to ``backend.options``;
+    without ``auto`` (a backend object passed in) the backend keeps its own ``fast``."""
+    if not auto:
+        return CompileChoice(backend.fast, "set on the backend object")
+    per_process = -(-recipe.batch_size // backend.world_size)
+    plan = RunPlan(
+        planned_steps=recipe.total_steps(steps_per_epoch),
+        batch_per_process=per_process,
+        precision=recipe.precision,
+        processes=backend.world_size,
+        inspect=inspect,
+        pipeline=bool(recipe.pipeline_split),
+        **model_work(spec),
+    )
+    shape = (per_process, *spec.input_shape)
+    dtype = param_dtype(recipe.precision)
+    choice = choose_compile(backend, requested, plan, spec.to_dict(), dtype, shape)
+    backend.options.fast = choice.fast
+    backend.options.compile_fingerprint = choice.fingerprint
+    return choice

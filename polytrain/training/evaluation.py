@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from polytrain.backend.base import Backend
 from polytrain.data import ArrayDataset
 from polytrain.neutral.sharding import share_bounds
+from polytrain.training.data import Datasets
 from polytrain.training.health import Problem
+from polytrain.training.recipe import Recipe
 from polytrain.training.step import StepRunner
 
 EVAL_BATCH = 1000  # samples per evaluation batch and process, at most
@@ -109,3 +111,40 @@ def evaluate_split(
     if not n:
         return Evaluation(split, math.nan, math.nan, 0, len(dataset), asked)
     return Evaluation(split, metric_sum / n, loss_sum / n, n, len(dataset), asked)
+
+
+def evaluate_epoch(
+    runner: StepRunner,
+    backend: Backend,
+    data: Datasets,
+    recipe: Recipe,
+    *,
+    stop: Callable[[], int],
+    progress: Callable[[], None],
+) -> list[Evaluation]:
+    """The test split, then the validation split, of the ones present; the validation
+    split is skipped once the test split's evaluation was cut short or is not finite."""
+    found: list[Evaluation] = []
+    label = recipe.metric_spec().label
+    for split, dataset in (("test", data.test), ("validation", data.val)):
+        if dataset is None:
+            continue
+        found.append(
+            evaluate_split(
+                runner, backend, dataset, split, stop=stop, progress=progress,
+                tokens=bool(data.sequence_length(recipe)),
+                batch_size=eval_batch_size(recipe.batch_size, backend.world_size),
+            )
+        )  # fmt: skip
+        if found[-1].stop_signal or found[-1].problem(label):
+            break
+    return found
+
+
+def first_problem(evaluations: list[Evaluation], label: str) -> Problem | None:
+    """The first evaluation's problem (:meth:`Evaluation.problem`), None if all are finite."""
+    return next((p for e in evaluations if (p := e.problem(label)) is not None), None)
+
+
+def by_split(evaluations: list[Evaluation], split: str) -> Evaluation | None:
+    return next((e for e in evaluations if e.split == split), None)

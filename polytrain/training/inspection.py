@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from polytrain.backend.base import Backend, Model
 from polytrain.errors import ConfigError
 
 
@@ -61,3 +62,28 @@ def inspect_record(
         "outputs": {name: array_stats(out) for name, out in outputs},
         "gradients": {name: array_stats(g) for name, g in gradients.items()},
     }
+
+
+class StepInspector:
+    """``--inspect``: the per-layer statistics of the chosen global steps; and a batch's
+    per-layer outputs, to name the first non-finite layer when a step fails."""
+
+    def __init__(self, steps: str | None, backend: Backend, model: Model, device: Any) -> None:
+        self.chosen = parse_steps(steps)
+        self.backend, self.model, self.device = backend, model, device
+
+    def layer_outputs(self, x: np.ndarray) -> list[tuple[str, np.ndarray]]:
+        """Per-layer outputs of replica 0 (on ``device``) for this process's batch (eval
+        mode, the weights before the step)."""
+        return self.backend.layer_outputs(self.model, self.backend.to_tensor(x, self.device))
+
+    def before_step(self, global_step: int, x: np.ndarray) -> list[tuple[str, np.ndarray]] | None:
+        """The layer outputs of ``x`` when step ``global_step`` (1-based) is inspected."""
+        if self.chosen is None or not self.chosen(global_step):
+            return None
+        return self.layer_outputs(x)
+
+    def record(self, outputs: list[tuple[str, np.ndarray]]) -> dict[str, Any]:
+        """The step record's ``inspect`` entry: ``outputs`` and the gradients of the step,
+        still in place."""
+        return inspect_record(outputs, self.backend.gradients(self.model))

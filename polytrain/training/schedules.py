@@ -265,8 +265,3 @@ def _text(value: Value) -> str:
     if isinstance(value, tuple):
         return "/".join(str(v) for v in value)
     return repr(value) if isinstance(value, float) else str(value)
-
-
-def parse_schedule(text: str) -> Schedule:
-    """``Schedule.parse``: for argparse and the recipe."""
-    return Schedule.parse(text)

@@ -4,7 +4,6 @@ whose every use was converted, and the APIs left in place with their counts."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,7 +104,3 @@ class Report:
             listed = ", ".join(f"{api} ({n})" for api, n in merged.most_common(8))
             rows.append(f"not converted: {listed} (--show-unsupported for the reasons)")
         return "\n".join(rows)
-
-
-def merge(reports: Sequence[FileReport]) -> Report:
-    return Report(list(reports))

@@ -738,7 +738,3 @@ class _Receiver(cst.CSTTransformer):
 
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
         return self.receiver if updated.value == _RECEIVER else updated
-
-
-def statement_code(node: cst.CSTNode) -> str:
-    return code(node)
