@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from polytrain.errors import PolytrainError
+from polytrain.errors import ConfigError, PolytrainError
 
 if TYPE_CHECKING:
     from polytrain.backend.native_format import NativeFormat
@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 def cmd_convert(args: argparse.Namespace) -> int:
     """Convert weights between .pt, .pdparams, .params and neutral checkpoints."""
     from polytrain.io.convert import convert, plan_map
+    from polytrain.io.zoo import with_zoo_notes
 
+    zoo_notes = _take_zoo_map(args) if args.zoo is not None else []
     if args.print_map:
         found, notes = plan_map(args.input, args.to, model=args.model, name_map=args.map)
         print(map_json(found))
@@ -37,13 +39,28 @@ def cmd_convert(args: argparse.Namespace) -> int:
             scheduler_out=args.scheduler_out,
             model=args.model, name_map=args.map, dtype=args.dtype,
         )  # fmt: skip
+        report.notes[:] = with_zoo_notes(zoo_notes, report.notes)
         print(report.format())
         return 0
     report = convert(
         args.input, args.output, args.to, model=args.model, name_map=args.map, dtype=args.dtype
     )
+    report.notes[:] = with_zoo_notes(zoo_notes, report.notes)
     print(report.format())
     return 0
+
+
+def _take_zoo_map(args: argparse.Namespace) -> list[str]:
+    """``--zoo ZOO:MODEL``: the shipped map, checked against the input file, becomes
+    ``args.map``; the notes saying so."""
+    from polytrain.io.zoo import load_zoo_map, plan_zoo, zoo_notes
+
+    for flag, value in (("--map", args.map), ("--model", args.model)):
+        if value is not None:
+            raise ConfigError(f"--zoo {args.zoo} gives the map: drop {flag}.")
+    zmap = load_zoo_map(args.zoo)
+    classes, args.map = plan_zoo(args.input, args.to, zmap)
+    return zoo_notes(zmap, classes)
 
 
 LARGE_INPUT_BYTES = 64 << 20  # a conversion of this much says what it does before it starts

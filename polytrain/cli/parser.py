@@ -251,6 +251,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(docs/porting.md)",
     )
     p.add_argument(
+        "--zoo",
+        default=None,
+        metavar="ZOO:MODEL",
+        help="the map polytrain ships for a zoo model with a torchvision twin, e.g. "
+        "paddle:densenet121, gluon:resnet18_v1 (docs/porting.md, 'Zoo models without the "
+        "objects'); the file is checked against it",
+    )
+    p.add_argument(
         "--print-map",
         action="store_true",
         help="print the map this conversion would use (the --map JSON) and write nothing",
