@@ -198,7 +198,7 @@ def why_not(twin: Twin, rng: np.random.Generator) -> str:
         if result.passed or first is None:
             raise SystemExit(f"{twin.key} ports into {twin.torchvision_call()}: make it a twin")
         off = first.problem or f"relative {first.relative:.2g}"
-        found = f"the outputs differ from layer {first.layer} on ({off})"
+        found = f"the outputs first differ at layer {first.layer} ({off})"
     return f"{twin.torchvision_call()} differs: {twin.why}; polytrain port: {found}."
 
 

@@ -58,7 +58,7 @@ def _paddle_twins() -> list[Twin]:
         "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d",
         "resnext101_64x4d", "wide_resnet50_2", "wide_resnet101_2", "vgg11", "vgg13", "vgg16",
         "vgg19", "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large",
-        "shufflenet_v2_x0_5", "shufflenet_v2_x1_0", "shufflenet_v2_x1_5", "shufflenet_v2_x2_0",
+        "shufflenet_v2_x0_5", "shufflenet_v2_x1_0", "shufflenet_v2_x1_5",
         "densenet121", "densenet161", "densenet169", "densenet201",
     ]  # fmt: skip
     twins = [Twin(f"paddle:{name}", name) for name in same]
@@ -93,7 +93,8 @@ _GLUON_MOBILENET_V2 = (
     "1x1 convolution without bias"
 )
 TRIED: list[Twin] = [  # pairs of the same name that polytrain port shows to compute otherwise
-    Twin("paddle:squeezenet1_0", "squeezenet1_0", why=f"{_PADDLE_DROPOUT}; other pooling"),
+    Twin("paddle:squeezenet1_0", "squeezenet1_0",
+         why=f"its max pools round down (torchvision's up) and {_PADDLE_DROPOUT}"),
     Twin("paddle:squeezenet1_1", "squeezenet1_1",
          why=f"its first convolution pads by 1 and {_PADDLE_DROPOUT}"),
     Twin("paddle:inception_v3", "inception_v3", tv_kwargs=_INCEPTION, size=299,
@@ -101,6 +102,8 @@ TRIED: list[Twin] = [  # pairs of the same name that polytrain port shows to com
     Twin("paddle:googlenet", "googlenet", tv_kwargs=_INCEPTION,
          why="it has no BatchNorm (torchvision's GoogLeNet has one after each convolution)"),
     Twin("paddle:alexnet", "alexnet", why=_PADDLE_DROPOUT),
+    Twin("paddle:shufflenet_v2_x2_0", "shufflenet_v2_x2_0",
+         why="its second stage has 224 channels, torchvision's 244"),
     *(Twin(f"gluon:resnet{d}_v1", f"resnet{d}", why=_GLUON_BOTTLENECK) for d in (50, 101, 152)),
     *(Twin(f"gluon:mobilenetv2_{w}", "mobilenet_v2", tv_kwargs={"width_mult": float(w)},
            why=_GLUON_MOBILENET_V2) for w in ("1.0", "0.75", "0.5", "0.25")),
