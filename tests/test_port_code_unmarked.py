@@ -140,3 +140,80 @@ def test_d2l_devices_are_the_books_on_this_machine() -> None:
     gpus = torch.cuda.device_count()
     assert ns["one"] == (torch.device("cuda", 0) if gpus else torch.device("cpu"))
     assert ns["every"] == ([torch.device("cuda", i) for i in range(gpus)] or [torch.device("cpu")])
+
+
+# ---- the corpus's second pass (issue 36): run-time choices, types, grouping --------------
+
+SOFT = RNG.standard_normal((4, 5))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("given", ["soft_label=True", "soft_label=soft", "soft_label=hard"])
+def test_cross_entropy_soft_label_decided_when_it_runs(given: str, reduction: str) -> None:
+    """``soft_label=`` a name (PaddleClas's CELoss): the helper takes the label as a
+    distribution or as class indices by its value when it runs, as Paddle does."""
+    label = "F.softmax(y, axis=-1)" if given != "soft_label=hard" else "paddle.cast(z, 'int64')"
+    code = (
+        "soft, hard = True, False\n"
+        f"out = F.cross_entropy(x, label={label}, {given}, reduction='{reduction}')\n"
+    )
+    result = convert_source(HEADER + code)
+    assert all(u.converted for u in result.report.uses), result.code
+    arrays = {"x": LOGITS_2D[:4], "y": SOFT, "z": LABELS[:4]}
+    ns_p = {k: paddle.to_tensor(v) for k, v in arrays.items()}
+    ns_t = {k: torch.tensor(v) for k, v in arrays.items()}
+    exec(HEADER + code, ns_p)
+    exec(result.code, ns_t)
+    want, got = ns_p["out"].numpy(), ns_t["out"].detach().numpy()
+    assert want.shape == got.shape, (want.shape, got.shape)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+
+
+def test_downscale_dropout_keeps_values_in_training_and_scales_them_in_eval() -> None:
+    code = "layer = paddle.nn.Dropout(p=0.25, mode='downscale_in_infer')\n"
+    result = convert_source(HEADER + code)
+    assert all(u.converted for u in result.report.uses), result.code
+    ns: dict[str, Any] = {}
+    exec(result.code, ns)
+    src: dict[str, Any] = {}
+    exec(HEADER + code, src)
+    x = RNG.standard_normal((20, 10)) + 3.0
+    src["layer"].eval()
+    ns["layer"].eval()
+    want = src["layer"](paddle.to_tensor(x)).numpy()
+    np.testing.assert_allclose(ns["layer"](torch.tensor(x)).numpy(), want, rtol=0, atol=1e-12)
+    ns["layer"].train()
+    trained = ns["layer"](torch.tensor(x)).numpy()
+    kept = trained != 0
+    assert np.array_equal(trained[kept], x[kept]) and 0 < kept.sum() < x.size
+
+
+TYPES = """import paddle
+from paddle import nn
+
+layers = [nn.Linear(2, 3), nn.Conv2D(1, 1, 3), nn.ReLU()]
+out = [type(m) == nn.Linear for m in layers]
+out += [isinstance(m, (nn.Linear, nn.Conv2D)) for m in layers]
+out += [issubclass(type(layers[1]), nn.Conv2D), nn.Linear is not type(layers[0])]
+"""
+
+
+def test_a_layer_class_compared_or_checked_is_its_pytorch_class() -> None:
+    result = convert_source(TYPES)
+    assert all(u.converted for u in result.report.uses), result.code
+    ns_p: dict[str, Any] = {}
+    ns_t: dict[str, Any] = {}
+    exec(TYPES, ns_p)
+    exec(result.code, ns_t)
+    assert ns_t["out"] == ns_p["out"] == [True, False, False, True, True, False, True, False]
+
+
+def test_an_expression_entry_called_or_operated_on_keeps_its_grouping() -> None:
+    """``Normal(std=0.5)(w)``: the initializer, a ``lambda`` in PyTorch, is called on the
+    tensor (unparenthesised, the line was a lambda that did nothing)."""
+    code = "import paddle\nw = paddle.zeros([3, 4])\npaddle.nn.initializer.Constant(value=0.5)(w)\n"
+    result = convert_source(code)
+    assert all(u.converted for u in result.report.uses), result.code
+    ns: dict[str, Any] = {}
+    exec(result.code, ns)
+    assert torch.all(ns["w"] == 0.5), result.code

@@ -4,6 +4,7 @@ used by a marked call stays, and the target's root is imported where full names 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import takewhile
@@ -214,13 +215,33 @@ def with_helpers(module: cst.Module, helpers: Mapping[str, str]) -> cst.Module:
     at = _after_preamble(body, imports=True)
     blank = [cst.EmptyLine(), cst.EmptyLine()]
     defs = [
-        cst.parse_statement(helpers[n]).with_changes(leading_lines=blank) for n in sorted(helpers)
+        cst.parse_statement(helpers[n]).with_changes(leading_lines=blank)
+        for n in _bases_first(helpers)
     ]
     if at < len(body):
         lead = list(body[at].leading_lines)
         empty = len(list(takewhile(lambda line: line.comment is None, lead)))
         body[at] = body[at].with_changes(leading_lines=[*blank[: max(0, 2 - empty)], *lead])
     return module.with_changes(body=[*body[:at], *defs, *body[at:]])
+
+
+def _bases_first(helpers: Mapping[str, str]) -> list[str]:
+    """The helpers' names in order, each class after the helper classes it derives from
+    (``class GluonMNIST(GluonVisionDataset)``: the base must exist when it is defined)."""
+    order: list[str] = []
+
+    def place(name: str) -> None:
+        if name in order:
+            return
+        head = re.match(r"\s*class \w+\((.*?)\):", helpers[name])
+        for base in re.findall(r"\w+", head.group(1)) if head else ():
+            if base in helpers and base != name:
+                place(base)
+        order.append(name)
+
+    for name in sorted(helpers):
+        place(name)
+    return order
 
 
 def _small(text: str) -> cst.BaseSmallStatement:

@@ -23,7 +23,7 @@ TABLE_DIR = Path(__file__).parent
 ANY = "*"  # in ``drop``: any value is dropped (it does not change a number)
 ARG_KEYS = {
     "name", "to", "drop", "convert", "template", "default", "why", "wrap", "others", "edits",
-    "before", "need", "spread", "moves", "init",
+    "before", "need", "spread", "moves", "init", "around",
 }  # fmt: skip
 KINDS = ("call", "reference", "method", "context", "scheduler", "remove", "expression")
 
@@ -51,7 +51,11 @@ class Arg:
     call for the paired statement (the batch size of Gluon's ``trainer.step``). ``init``:
     the value (a converted initializer: a function of the tensor, or None) sets the made
     layer's parameter of that name, through the framework's ``init_helper``; a literal
-    listed in ``convert`` is a keyword as usual (``bias_attr=False``)."""
+    listed in ``convert`` is a keyword as usual (``bias_attr=False``). ``around``: a helper
+    the made object is passed to with the value, ``helper(made, value)``, where the value is
+    given and not dropped (an optimizer's ``grad_clip``); an argument that is also passed
+    on (``to``) goes through it only where it is not a literal (a learning rate that may be
+    a schedule)."""
 
     name: str
     to: str | None = ""
@@ -69,6 +73,7 @@ class Arg:
     spread: bool = False
     moves: bool = False
     init: str = ""
+    around: str = ""
 
     @property
     def packs(self) -> bool:
@@ -200,6 +205,7 @@ def _arg(raw: str | Mapping[str, Any], where: str) -> Arg:
         spread=bool(raw.get("spread", False)),
         moves=bool(raw.get("moves", False)),
         init=raw.get("init", ""),
+        around=raw.get("around", ""),
         why=raw.get("why", ""),
         wrap=bool(raw.get("wrap", False)),
         others=bool(raw.get("others", False)),

@@ -25,6 +25,7 @@ from polytrain.porting.code.table import Entry, Framework
 
 MARKER = "# polytrain port-code: {api} not converted: {why}"
 STATEMENT = "(statement)"  # the API a statement left whole after a failure is reported as
+FOREIGN = "(another module)"  # what made a name assigned from a call of a non-framework import
 FAILED = "the tool failed on this statement ({error}); it is left as it was"
 NOT_IN_TABLE = "not in the mapping table yet"
 SCHEDULER_ALONE = (
@@ -156,9 +157,13 @@ class PortTransformer(cst.CSTTransformer):
         self._helpers_named(fw, fw.helpers[name])
 
     def _helpers_named(self, fw: Framework, text: str) -> None:
-        for other in fw.helpers:
-            if re.search(rf"\b{other}\b", text):
-                self._helper(fw, other)
+        """The helpers ``text`` names: the framework's own, else another table's (a d2lzh
+        loader reads Gluon's datasets)."""
+        for table in (fw, *(f for f in self.tables.values() if f is not fw)):
+            for other in table.helpers:
+                own = table is fw or other not in fw.helpers
+                if own and re.search(rf"\b{other}\b", text):
+                    self._helper(table, other)
 
     def _table_code(self, fw: Framework, text: str) -> cst.BaseExpression:
         """Code from the table (a converted value, a wrapping layer): its target names are
@@ -235,8 +240,11 @@ class PortTransformer(cst.CSTTransformer):
                 if len(node.targets) != 1 or not isinstance(node.value, cst.Call):
                     return
                 found = outer._resolve(node.value.func)
+                target = code(node.targets[0].target).strip()
                 if found is not None:
-                    outer._made_by[code(node.targets[0].target).strip()] = found.name
+                    outer._made_by[target] = found.name
+                elif outer._foreign(node.value.func):  # ``env = gym.make(...)``
+                    outer._made_by[target] = FOREIGN
 
         module.visit(Finder())
 
@@ -329,6 +337,9 @@ class PortTransformer(cst.CSTTransformer):
         self._call_funcs.add(node.func)
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        return self._grouped(original, self._converted_call(original, updated))
+
+    def _converted_call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         named = isinstance(original.func, cst.Name | cst.Attribute)
         found = self._resolve(original.func) if named else None
         if found is not None:
@@ -342,6 +353,17 @@ class PortTransformer(cst.CSTTransformer):
             if entry is not None:
                 return self._convert_method(original, updated, entry)
         return updated
+
+    def _grouped(self, original: cst.Call, made: cst.BaseExpression) -> cst.BaseExpression:
+        """``made`` in parentheses where it is an operation (an expression entry's ``a * b``,
+        ``lambda w: ...``) whose place binds tighter: called, an attribute's or a
+        subscript's value, an operand."""
+        if made.lpar or isinstance(made, _ATOMS):
+            return made
+        parent = self.get_metadata(ParentNodeProvider, original, None)
+        if isinstance(parent, _LOOSE) or parent is None:
+            return made
+        return made.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
     def _made_entry(self, func: cst.BaseExpression) -> Entry | None:
         """The entry of the API whose call made the object ``func`` names in the module."""
@@ -409,8 +431,19 @@ class PortTransformer(cst.CSTTransformer):
             call = cst.parse_expression(code(call) + entry.result)
         if converted.inits:  # ``init_parameters(layer, weight=...)``: the table's helper
             call = self._initialised(found.framework, call, converted.inits)
+        call = self._around(found.framework, call, converted.arounds)
         self._done(original, api)
         return self._wrapped(found.framework, call, converted.wraps, converted.before)
+
+    def _around(
+        self, fw: Framework, call: cst.BaseExpression, arounds: Sequence[tuple[str, str]]
+    ) -> cst.BaseExpression:
+        """The made object passed to each ``around`` helper with its argument's value
+        (``with_grad_clip(optimizer, clip)``)."""
+        for helper, value in arounds:
+            made = [cst.Arg(call), cst.Arg(cst.parse_expression(value))]
+            call = cst.Call(self._table_code(fw, helper), made)
+        return call
 
     def _initialised(
         self, fw: Framework, call: cst.BaseExpression, inits: Sequence[tuple[str, str]]
@@ -461,7 +494,7 @@ class PortTransformer(cst.CSTTransformer):
         if entry.receivers:
             made_by = self._made_by.get(code(original.func.value).strip())
             if made_by not in entry.receivers:
-                if entry.unknown_receiver:
+                if entry.unknown_receiver and made_by != FOREIGN:
                     self._left(original, api, entry.unknown_receiver)
                 return updated
         if entry.unsupported:
@@ -592,12 +625,35 @@ class PortTransformer(cst.CSTTransformer):
         if entry is None:
             self._left(original, found.name, NOT_IN_TABLE)
             return updated
-        if entry.kind != "reference":
+        if entry.kind != "reference" and not (_as_type(entry) and self._type_use(original)):
             why = entry.unsupported or "used without a call: its arguments cannot be converted"
             self._left(original, found.name, why)
             return updated
         self._done(original, found.name)
         return self._target_expr(original, entry.target)
+
+    def _type_use(self, node: cst.CSTNode) -> bool:
+        """``node`` is compared (``type(m) == nn.Linear``) or is the type ``isinstance`` /
+        ``issubclass`` checks against (alone or in a tuple): a class, not a call."""
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        if isinstance(parent, cst.Comparison | cst.ComparisonTarget):
+            return True
+        if isinstance(parent, cst.Element):
+            parent = self.get_metadata(ParentNodeProvider, parent, None)
+            if not isinstance(parent, cst.Tuple):
+                return False
+            parent = self.get_metadata(ParentNodeProvider, parent, None)
+        if not isinstance(parent, cst.Arg):
+            return False
+        call = self.get_metadata(ParentNodeProvider, parent, None)
+        return (
+            isinstance(parent, cst.Arg)
+            and isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Name)
+            and call.func.value in ("isinstance", "issubclass")
+            and len(call.args) == 2
+            and call.args[1] is parent
+        )
 
     def leave_BinaryOperation(
         self, original: cst.BinaryOperation, updated: cst.BinaryOperation
@@ -668,6 +724,30 @@ class PortTransformer(cst.CSTTransformer):
             made = result.nodes if isinstance(result, cst.FlattenSentinel) else [result]
             self._made[original_node] = [n for n in made if isinstance(n, cst.CSTNode)]
         return result
+
+
+_ATOMS = (
+    cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.SimpleString, cst.ConcatenatedString,
+    cst.FormattedString, cst.Integer, cst.Float, cst.Imaginary, cst.List, cst.Dict, cst.Set,
+    cst.ListComp, cst.DictComp, cst.SetComp, cst.GeneratorExp, cst.Ellipsis,
+)  # fmt: skip
+_LOOSE = (
+    cst.Arg, cst.Assign, cst.AnnAssign, cst.AugAssign, cst.Return, cst.Expr, cst.Element,
+    cst.DictElement, cst.WithItem, cst.Yield,
+)  # fmt: skip  # places where an operation needs no parentheses
+
+
+def _as_type(entry: Entry) -> bool:
+    """A call entry whose target is a name that every converted call makes an instance of
+    (no layer wrapped around it, no chosen target, no result rewritten): as a type it is
+    that name."""
+    return (
+        entry.kind == "call"
+        and re.fullmatch(r"[A-Za-z_][\w.]*", entry.target) is not None
+        and entry.target_by is None
+        and not entry.result
+        and not any(a.wrap or a.before for a in entry.args)
+    )
 
 
 def _call_of(node: cst.BaseExpression, methods: Collection[str]) -> bool:
