@@ -7,6 +7,7 @@ are not a framework's methods."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -217,3 +218,37 @@ def test_an_expression_entry_called_or_operated_on_keeps_its_grouping() -> None:
     ns: dict[str, Any] = {}
     exec(result.code, ns)
     assert torch.all(ns["w"] == 0.5), result.code
+
+
+WEIGHT = """import paddle
+
+linear = paddle.nn.Linear(3, 3)
+out = paddle.matmul(x, linear.weight)
+"""
+
+
+def test_the_weight_of_a_linear_made_here_is_marked_where_it_is_used() -> None:
+    """Paddle's Linear holds its weight [in, out], PyTorch's [out, in]: ``x @ w`` of a
+    square one runs on both and computes other numbers (no error to tell)."""
+    result = convert_source(WEIGHT)
+    left = [u for u in result.report.uses if not u.converted]
+    assert [u.api for u in left] == ["paddle.nn.Linear.weight"], result.code
+    assert "[out, in] in PyTorch" in left[0].why
+    ns_p: dict[str, Any] = {"x": paddle.to_tensor(LOGITS_2D[:2, :3].astype(np.float32))}
+    exec(WEIGHT, ns_p)
+    ns_t: dict[str, Any] = {"x": torch.tensor(LOGITS_2D[:2, :3].astype(np.float32))}
+    exec(result.code, ns_t)
+    with torch.no_grad():  # the same layer: PyTorch's weight is Paddle's transposed
+        ns_t["linear"].weight.copy_(torch.tensor(ns_p["linear"].weight.numpy().T))
+        naive = ns_t["x"] @ ns_t["linear"].weight
+    assert not np.allclose(naive.numpy(), ns_p["out"].numpy())
+
+
+def test_the_high_level_model_saves_into_a_folder_it_makes(tmp_path: Path) -> None:
+    """``model.save('ckpt/final')`` (and ``fit(save_dir=...)``): Paddle makes the folder."""
+    code = convert_source(
+        "import paddle\nmodel = paddle.Model(paddle.nn.Linear(2, 1))\nmodel.save(path)\n"
+    ).code
+    ns: dict[str, Any] = {"path": str(tmp_path / "ckpt" / "final")}
+    exec(code, ns)
+    assert (tmp_path / "ckpt" / "final.pt").exists()

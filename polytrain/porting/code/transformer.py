@@ -28,6 +28,11 @@ STATEMENT = "(statement)"  # the API a statement left whole after a failure is r
 FOREIGN = "(another module)"  # what made a name assigned from a call of a non-framework import
 FAILED = "the tool failed on this statement ({error}); it is left as it was"
 NOT_IN_TABLE = "not in the mapping table yet"
+TRANSPOSED = (
+    "the layer's weight is [out, in] in PyTorch, [in, out] in the source: write .T where its "
+    "layout matters (a product, a copy), not where the tensor itself is meant (an initializer, "
+    "an optimizer's parameters)"
+)
 SCHEDULER_ALONE = (
     "a scheduler is converted when an optimizer is made from it in the same block, after "
     "it (`opt = paddle.optimizer.X(learning_rate=sched, ...)`): PyTorch builds it on the "
@@ -350,7 +355,7 @@ class PortTransformer(cst.CSTTransformer):
             return cst.parse_expression(made.called.replace("$self", code(updated.func)))
         if isinstance(original.func, cst.Attribute) and not self._foreign(original.func.value):
             entry = self._method(original.func.attr.value)
-            if entry is not None:
+            if entry is not None and entry.kind != "attribute":
                 return self._convert_method(original, updated, entry)
         return updated
 
@@ -508,7 +513,7 @@ class PortTransformer(cst.CSTTransformer):
         if unpaired and not entry.unpaired:
             self._left(original, api, entry.needs_pair)
             return updated
-        receiver = updated.func.value
+        receiver = _through(original, updated, entry.through)
         try:
             converted = convert_arguments(entry, updated.args, api, code(receiver).strip())
         except NotConverted as exc:
@@ -547,7 +552,7 @@ class PortTransformer(cst.CSTTransformer):
         return sum(1 for api in self._made_by.values() if api in makers) > 1
 
     def _method_expression(
-        self, original: cst.Call, api: str, text: str, imports: set[str]
+        self, original: cst.CSTNode, api: str, text: str, imports: set[str]
     ) -> cst.BaseExpression:
         """A method call replaced by its entry's expression (``$self`` filled in)."""
         self._done(original, api)
@@ -600,7 +605,35 @@ class PortTransformer(cst.CSTTransformer):
     def leave_Attribute(
         self, original: cst.Attribute, updated: cst.Attribute
     ) -> cst.BaseExpression:
+        if original.attr.value == "weight":
+            self._transposed_weight(original)
+        entry = self._method(original.attr.value)
+        if entry is not None and entry.kind == "attribute" and self._read(original):
+            self._done(original, entry.source)
+            return self._method_expression(
+                original, entry.source, entry.target.replace("$self", code(updated.value)), set()
+            )
         return self._reference(original, updated)
+
+    def _read(self, node: cst.Attribute) -> bool:
+        """``x.name`` read as a value of ``x``: not called, not a longer name's prefix, not
+        assigned to, ``x`` not a module other than the frameworks'."""
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        return not (
+            node in self._call_funcs
+            or (isinstance(parent, cst.Attribute) and parent.value is node)
+            or isinstance(parent, cst.AssignTarget | cst.Del)
+            or (isinstance(parent, cst.AugAssign) and parent.target is node)
+            or self._foreign(node.value)
+        )
+
+    def _transposed_weight(self, node: cst.Attribute) -> None:
+        """``linear.weight`` of a layer made here whose weight is the PyTorch layer's
+        transpose (Paddle's Linear: [in, out]; PyTorch's: [out, in]): marked, the layout
+        being what the use decides (a product wants ``.T``, an initializer the tensor)."""
+        api = self._made_by.get(code(node.value).strip())
+        if api is not None and any(api in fw.transposed for fw in self.imported):
+            self._left(node, f"{api}.weight", TRANSPOSED)
 
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
         return self._reference(original, updated)
@@ -691,6 +724,50 @@ class PortTransformer(cst.CSTTransformer):
             self.inside.append(at)
         return super().on_visit(node)
 
+    # -- in-place updates by a gradient -----------------------------------------------------
+
+    def _grad_update(self, stmt: cst.CSTNode) -> bool:
+        """``param[:] = param - lr * param.grad`` or ``w -= lr * w.grad``: an array updated
+        in place by a gradient, which the source does outside recording and PyTorch
+        refuses on a leaf that needs a gradient unless no gradient is recorded."""
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+            return False
+        if not any(fw.grad_update for fw in self.imported):
+            return False
+        small = stmt.body[0]
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            target, value = small.targets[0].target, small.value
+            in_place = isinstance(target, cst.Subscript)
+        elif isinstance(small, cst.AugAssign):
+            target, value = small.target, small.value
+            in_place = isinstance(target, cst.Subscript | cst.Name)
+        else:
+            return False
+        return in_place and ".grad" in code(value) and not self._in_with(stmt)
+
+    def _in_with(self, node: cst.CSTNode) -> bool:
+        """``node`` is inside a ``with`` block of its function (``autograd.record()``
+        records there)."""
+        current = self.get_metadata(ParentNodeProvider, node, None)
+        while current is not None:
+            if isinstance(current, cst.With):
+                return True
+            if isinstance(current, cst.FunctionDef | cst.ClassDef):
+                return False
+            current = self.get_metadata(ParentNodeProvider, current, None)
+        return False
+
+    def _unrecorded(self, stmt: cst.SimpleStatementLine) -> cst.With:
+        """``stmt`` in the table's context (``with torch.no_grad():``)."""
+        context = next(fw.grad_update for fw in self.imported if fw.grad_update)
+        self._roots_named(context)
+        inner = stmt.with_changes(leading_lines=[])
+        return cst.With(
+            items=[cst.WithItem(cst.parse_expression(context))],
+            body=cst.IndentedBlock(body=[inner]),
+            leading_lines=stmt.leading_lines,
+        )
+
     # -- markers --------------------------------------------------------------------------
 
     def on_leave(  # type: ignore[override]
@@ -709,6 +786,8 @@ class PortTransformer(cst.CSTTransformer):
         result = super().on_leave(original_node, updated_node)
         if original_node in self._removed:
             return cst.RemoveFromParent()
+        if isinstance(result, cst.SimpleStatementLine) and self._grad_update(original_node):
+            result = self._unrecorded(result)
         then = self._then.pop(original_node, None)
         if then is not None and isinstance(result, cst.SimpleStatementLine):
             added = cst.parse_statement(then)
@@ -748,6 +827,22 @@ def _as_type(entry: Entry) -> bool:
         and not entry.result
         and not any(a.wrap or a.before for a in entry.args)
     )
+
+
+def _through(original: cst.Call, updated: cst.Call, method: str) -> cst.BaseExpression:
+    """The receiver a method is converted on: ``net`` where the call is
+    ``net.<method>().<this>(...)`` and the entry goes ``through`` that method, else the
+    call's own receiver."""
+    assert isinstance(updated.func, cst.Attribute) and isinstance(original.func, cst.Attribute)
+    inner = updated.func.value
+    if (
+        method
+        and _call_of(original.func.value, {method.lstrip(".")})
+        and isinstance(inner, cst.Call)
+        and isinstance(inner.func, cst.Attribute)
+    ):
+        return inner.func.value
+    return inner
 
 
 def _call_of(node: cst.BaseExpression, methods: Collection[str]) -> bool:
