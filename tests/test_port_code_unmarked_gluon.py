@@ -234,3 +234,71 @@ def test_helper_classes_follow_a_framework_import_below_other_statements() -> No
     ns: dict[str, Any] = {}
     exec(result.code, ns)
     assert callable(ns["data"])
+
+
+def test_begin_state_with_gluons_zeros_passed_as_the_function() -> None:
+    """``model.begin_state(func=mx.nd.zeros, batch_size=..., ctx=...)`` (the word LM):
+    the function passed is PyTorch's, which gluon_rnn's begin_state calls."""
+    code = HEADER + (
+        "from mxnet.gluon import rnn\n"
+        "layer = rnn.LSTM(4, num_layers=2, input_size=3)\n"
+        "layer.initialize()\n"
+        "states = layer.begin_state(func=mx.nd.zeros, batch_size=5, ctx=mx.cpu())\n"
+    )
+    result = convert_source(code)
+    assert all(u.converted for u in result.report.uses), result.code
+    gluon: dict[str, Any] = {}
+    exec(code, gluon)
+    ns: dict[str, Any] = {}
+    exec(result.code, ns)
+    want = [s.asnumpy() for s in gluon["states"]]
+    got = [s.numpy() for s in ns["states"]]
+    assert [w.shape for w in want] == [g.shape for g in got] == [(2, 5, 4)] * 2
+    assert all(not g.any() for g in got)
+
+
+SPLIT_STEP = (
+    HEADER
+    + """
+net = nn.Dense(2, in_units=3, flatten=False)
+net.initialize(mx.init.Constant(0.25), ctx=ctxs)
+net.cast('float64')
+trainer = gluon.Trainer(net.collect_params(), 'sgd', {'learning_rate': 0.5})
+loss = gloss.L2Loss()
+for x, y in batches:
+    data = gluon.utils.split_and_load(x, ctx_list=ctxs, batch_axis=0)
+    label = gluon.utils.split_and_load(y, ctx_list=ctxs, batch_axis=0)
+    outputs = []
+    with autograd.record():
+        for a, b in zip(data, label):
+            z = net(a)
+            L = loss(z, b)
+            L.backward()
+            outputs.append(z)
+    trainer.step(x.shape[0])
+"""
+)
+
+
+def test_a_step_after_losses_backward_in_a_loop_in_record_divides_each() -> None:
+    """super_resolution.py: ``with autograd.record(): for x, y in ...: ... L.backward();
+    outputs.append(z)`` then ``trainer.step(n)``: each device's loss divided by n (Gluon's
+    step scales the sum of the devices' gradients), the step paired. The converted net is
+    one model (gluon_initialize refuses several devices: given one, as it asks)."""
+    result = convert_source(SPLIT_STEP)
+    assert all(u.converted for u in result.report.uses), result.code
+    rng = np.random.default_rng(9)
+    batches = [(rng.standard_normal((4, 3)), rng.standard_normal((4, 2))) for _ in range(3)]
+    gluon: dict[str, Any] = {"batches": [(mx.nd.array(x, dtype="float64"),
+                                          mx.nd.array(y, dtype="float64")) for x, y in batches],
+                             "ctxs": [mx.cpu(0), mx.cpu(1)]}  # fmt: skip
+    exec(SPLIT_STEP, gluon)
+    ns: dict[str, Any] = {"batches": [(torch.tensor(x), torch.tensor(y)) for x, y in batches],
+                          "ctxs": [torch.device("cpu")] * 2}  # fmt: skip
+    exec(result.code.replace(", ctx=ctxs)", ")", 1), ns)
+    np.testing.assert_allclose(
+        ns["net"].weight.detach().numpy(),
+        gluon["net"].weight.data(mx.cpu(0)).asnumpy(),
+        rtol=0,
+        atol=1e-12,
+    )

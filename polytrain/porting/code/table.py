@@ -114,7 +114,8 @@ class Entry:
     method's result on the object meant (``net.collect_params().initialize()`` is
     ``net.initialize()`` in Gluon): converted on the object. ``kind = "attribute"``: a
     method-table name read without a call (``y.size``), replaced by ``target`` with
-    ``$self`` the object."""
+    ``$self`` the object. ``value``: what a call entry's API becomes where it is used as
+    a value, not called (``func=mx.nd.zeros``: ``torch.zeros``)."""
 
     source: str
     target: str
@@ -139,6 +140,7 @@ class Entry:
     unpaired: str = ""
     called: str = ""
     through: str = ""
+    value: str = ""
 
     @property
     def is_method(self) -> bool:
@@ -265,6 +267,7 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
         unpaired=raw.get("unpaired", ""),
         called=raw.get("called", ""),
         through=raw.get("through", ""),
+        value=raw.get("value", ""),
     )
 
 

@@ -268,19 +268,11 @@ class PortTransformer(cst.CSTTransformer):
 
     def _backward_before(self, body: Sequence[cst.CSTNode], at: int) -> cst.Call | None:
         """The last ``loss.backward()`` (an entry with ``needs_pair``) before ``body[at]``,
-        in the block, at the top of a ``with`` block in it, or the last statement of a
-        ``for`` loop over several losses (one per device after ``split_and_load``: PyTorch
-        adds their gradients into the one model, as the Trainer sums the devices'); None
-        past another step."""
+        in the block, in a ``with`` block in it, or in a ``for`` loop over several losses
+        (one per device after ``split_and_load``: PyTorch adds their gradients into the one
+        model, as the Trainer sums the devices'); None past another step."""
         for stmt in reversed(body[:at]):
-            inner = list(stmt.body.body) if isinstance(stmt, cst.With | cst.For) else [stmt]
-            if isinstance(stmt, cst.With | cst.For) and not isinstance(
-                stmt.body, cst.IndentedBlock
-            ):
-                inner = []
-            if isinstance(stmt, cst.For):  # ``for l in losses: l.backward()``: each one
-                inner = inner[-1:] if stmt.orelse is None else []
-            for candidate in reversed(inner):
+            for candidate in _candidates(stmt):
                 found = self._method_call(candidate)
                 if found is None:
                     continue
@@ -658,12 +650,14 @@ class PortTransformer(cst.CSTTransformer):
         if entry is None:
             self._left(original, found.name, NOT_IN_TABLE)
             return updated
-        if entry.kind != "reference" and not (_as_type(entry) and self._type_use(original)):
+        as_type = _as_type(entry) and self._type_use(original)
+        if entry.kind != "reference" and not as_type and not entry.value:
             why = entry.unsupported or "used without a call: its arguments cannot be converted"
             self._left(original, found.name, why)
             return updated
         self._done(original, found.name)
-        return self._target_expr(original, entry.target)
+        value = entry.value if entry.kind != "reference" and not as_type else entry.target
+        return self._target_expr(original, value)
 
     def _type_use(self, node: cst.CSTNode) -> bool:
         """``node`` is compared (``type(m) == nn.Linear``) or is the type ``isinstance`` /
@@ -814,6 +808,32 @@ _LOOSE = (
     cst.Arg, cst.Assign, cst.AnnAssign, cst.AugAssign, cst.Return, cst.Expr, cst.Element,
     cst.DictElement, cst.WithItem, cst.Yield,
 )  # fmt: skip  # places where an operation needs no parentheses
+
+
+def _candidates(stmt: cst.CSTNode) -> list[cst.CSTNode]:
+    """Where a paired backward may be in ``stmt``, the last first: the statement itself; a
+    ``with`` block's statements (a ``for`` loop among them as below); a ``for`` loop's."""
+    if isinstance(stmt, cst.With):
+        if not isinstance(stmt.body, cst.IndentedBlock):
+            return []
+        found: list[cst.CSTNode] = []
+        for inner in reversed(stmt.body.body):
+            found.extend(_loop(inner) if isinstance(inner, cst.For) else [inner])
+        return found
+    return _loop(stmt) if isinstance(stmt, cst.For) else [stmt]
+
+
+def _loop(stmt: cst.For) -> list[cst.CSTNode]:
+    """``for l in losses: l.backward()``: the loop's statements, the last first, down to
+    one that reads a gradient (a backward before it would be read scaled: not paired)."""
+    if stmt.orelse is not None or not isinstance(stmt.body, cst.IndentedBlock):
+        return []
+    found: list[cst.CSTNode] = []
+    for inner in reversed(stmt.body.body):
+        if ".grad" in code(inner):
+            break
+        found.append(inner)
+    return found
 
 
 def _as_type(entry: Entry) -> bool:
