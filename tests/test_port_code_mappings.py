@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import re
+import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -107,8 +109,14 @@ def converted_example(entry: Entry, code: str) -> str:
     result = convert_source(HEADER + code, entry.source)
     left = [u for u in result.report.uses if not u.converted]
     assert not left, f"{entry.source}: left unconverted: {left}\n{result.code}"
-    assert "paddle" not in result.code, result.code
+    assert "paddle" not in _names(result.code), result.code  # a path may name Paddle's cache
     return result.code
+
+
+def _names(code: str) -> set[str]:
+    """The names a module's code uses (not its strings and comments)."""
+    tokens = tokenize.generate_tokens(io.StringIO(code).readline)
+    return {t.string for t in tokens if t.type == tokenize.NAME}
 
 
 def _walker(model: Any) -> Any:
@@ -569,7 +577,8 @@ FLUID_ALIASES = {k: v for k, v in FLUID.same.items() if k.startswith("paddle.flu
 ALIAS_CALLS = {
     "cast": "(x, 'float32')", "squeeze": "(x, [1])", "unsqueeze": "(x, [1])", "topk": "(x, 2)",
     "logical_or": "(x, y)", "expand": "(x, [1, 2])",
-    "stack": "([x, y], 1)", "transpose": "(x, [1, 0])",
+    "stack": "([x, y], 1)", "transpose": "(x, [1, 0])", "equal": "(x, y)",
+    "gather_nd": "(x, i)", "slice": "(x, [1], [0], [1])", "sequence_mask": "(n, 4)",
 }  # fmt: skip
 
 
@@ -582,3 +591,58 @@ def test_a_fluid_alias_converts_as_its_paddle_3_function(alias: str, target: str
     paddle3 = convert_source(HEADER + "out = " + target + call)
     assert fluid.code == paddle3.code
     assert [(u.api, u.converted) for u in fluid.report.uses] == [(target, True)]
+
+
+# ---- fluid layers whose arguments are names (issue 36, the corpus's second pass) ---------
+
+POOL_FORMS = [  # (fluid, its Paddle 3 stand-in, input shape)
+    ("Pool2D(pool_size=3, pool_type='avg', pool_stride=2, pool_padding=1)",
+     "nn.AvgPool2D(3, 2, 1, exclusive=True)", (2, 2, 5, 5)),
+    ("Pool2D(pool_size=3, pool_type='avg', pool_stride=2, pool_padding=1, exclusive=False)",
+     "nn.AvgPool2D(3, 2, 1, exclusive=False)", (2, 2, 5, 5)),
+    ("Pool2D(pool_size=7, pool_type='avg', global_pooling=True)", "nn.AdaptiveAvgPool2D(1)",
+     (2, 2, 5, 4)),
+    ("Pool2D(pool_size=2, pool_type='max', global_pooling=True)", "nn.AdaptiveMaxPool2D(1)",
+     (2, 2, 5, 4)),
+    ("Pool2D(pool_size=2, pool_type='max', pool_stride=2, ceil_mode=True)",
+     "nn.MaxPool2D(2, 2, ceil_mode=True)", (2, 2, 5, 5)),
+    ("Pool2D(pool_size=3, pool_stride=2, pool_padding=[1, 1, 1, 1], pool_type='max')",
+     "nn.MaxPool2D(3, 2, 1)", (2, 2, 6, 6)),
+    ("Pool2D(kind_size, kind, kind_stride, kind_padding, kind_global)",
+     "nn.AvgPool2D(3, 1, 1, exclusive=True)", (2, 2, 4, 4)),
+]  # fmt: skip
+NAMED = "kind_size, kind, kind_stride, kind_padding, kind_global = 3, 'avg', 1, 1, False\n"
+
+
+@pytest.mark.parametrize("fluid, paddle3, shape", POOL_FORMS, ids=lambda v: str(v)[:40])
+def test_fluid_pool2d_forms_compute_paddles_numbers(
+    fluid: str, paddle3: str, shape: tuple[int, ...]
+) -> None:
+    """Pool2D's padding (exclusive or not), global pooling, ceil_mode, its padding as four
+    sides, and every argument a name (the layer chosen when it runs)."""
+    example = NAMED + f"layer = {fluid}\n"
+    entry = dataclasses.replace(
+        ENTRY_OF["paddle.fluid.dygraph.nn.Pool2D"], example=example,
+        stand_in=f"layer = {paddle3}", inputs={"x": "f " + ",".join(map(str, shape))},
+        tolerance=1e-7 if "Avg" in paddle3 else None,  # Paddle's float32 count (rule 18)
+    )  # fmt: skip
+    check_layer(entry, converted_example(entry, example), entry_arrays(entry))
+
+
+def test_fluid_pool2d_refuses_a_ceil_mode_whose_last_window_differs() -> None:
+    example = "layer = Pool2D(pool_size=2, pool_stride=3, ceil_mode=True)\n"
+    code = converted_example(ENTRY_OF["paddle.fluid.dygraph.nn.Pool2D"], example)
+    with pytest.raises(NotImplementedError, match="ceil_mode"):
+        exec(code, {})
+
+
+@pytest.mark.filterwarnings("ignore:When training, we now always track:UserWarning")
+@pytest.mark.parametrize("act", ["None", "'relu'", "'tanh'"])
+def test_fluid_act_given_as_a_name_is_chosen_when_it_runs(act: str) -> None:
+    example = f"act = {act}\nlayer = fluid.dygraph.nn.BatchNorm(3, act=act)\n"
+    stand_in = "layer = nn.Sequential(nn.BatchNorm2D(3, momentum=0.9), " + {
+        "None": "nn.Identity())", "'relu'": "nn.ReLU())", "'tanh'": "nn.Tanh())"}[act]  # fmt: skip
+    entry = dataclasses.replace(
+        ENTRY_OF["paddle.fluid.dygraph.nn.BatchNorm"], example=example, stand_in=stand_in
+    )
+    check_layer(entry, converted_example(entry, example), entry_arrays(entry))

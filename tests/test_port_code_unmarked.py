@@ -7,6 +7,7 @@ are not a framework's methods."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -140,3 +141,114 @@ def test_d2l_devices_are_the_books_on_this_machine() -> None:
     gpus = torch.cuda.device_count()
     assert ns["one"] == (torch.device("cuda", 0) if gpus else torch.device("cpu"))
     assert ns["every"] == ([torch.device("cuda", i) for i in range(gpus)] or [torch.device("cpu")])
+
+
+# ---- the corpus's second pass (issue 36): run-time choices, types, grouping --------------
+
+SOFT = RNG.standard_normal((4, 5))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("given", ["soft_label=True", "soft_label=soft", "soft_label=hard"])
+def test_cross_entropy_soft_label_decided_when_it_runs(given: str, reduction: str) -> None:
+    """``soft_label=`` a name (PaddleClas's CELoss): the helper takes the label as a
+    distribution or as class indices by its value when it runs, as Paddle does."""
+    label = "F.softmax(y, axis=-1)" if given != "soft_label=hard" else "paddle.cast(z, 'int64')"
+    code = (
+        "soft, hard = True, False\n"
+        f"out = F.cross_entropy(x, label={label}, {given}, reduction='{reduction}')\n"
+    )
+    result = convert_source(HEADER + code)
+    assert all(u.converted for u in result.report.uses), result.code
+    arrays = {"x": LOGITS_2D[:4], "y": SOFT, "z": LABELS[:4]}
+    ns_p = {k: paddle.to_tensor(v) for k, v in arrays.items()}
+    ns_t = {k: torch.tensor(v) for k, v in arrays.items()}
+    exec(HEADER + code, ns_p)
+    exec(result.code, ns_t)
+    want, got = ns_p["out"].numpy(), ns_t["out"].detach().numpy()
+    assert want.shape == got.shape, (want.shape, got.shape)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+
+
+def test_downscale_dropout_keeps_values_in_training_and_scales_them_in_eval() -> None:
+    code = "layer = paddle.nn.Dropout(p=0.25, mode='downscale_in_infer')\n"
+    result = convert_source(HEADER + code)
+    assert all(u.converted for u in result.report.uses), result.code
+    ns: dict[str, Any] = {}
+    exec(result.code, ns)
+    src: dict[str, Any] = {}
+    exec(HEADER + code, src)
+    x = RNG.standard_normal((20, 10)) + 3.0
+    src["layer"].eval()
+    ns["layer"].eval()
+    want = src["layer"](paddle.to_tensor(x)).numpy()
+    np.testing.assert_allclose(ns["layer"](torch.tensor(x)).numpy(), want, rtol=0, atol=1e-12)
+    ns["layer"].train()
+    trained = ns["layer"](torch.tensor(x)).numpy()
+    kept = trained != 0
+    assert np.array_equal(trained[kept], x[kept]) and 0 < kept.sum() < x.size
+
+
+TYPES = """import paddle
+from paddle import nn
+
+layers = [nn.Linear(2, 3), nn.Conv2D(1, 1, 3), nn.ReLU()]
+out = [type(m) == nn.Linear for m in layers]
+out += [isinstance(m, (nn.Linear, nn.Conv2D)) for m in layers]
+out += [issubclass(type(layers[1]), nn.Conv2D), nn.Linear is not type(layers[0])]
+"""
+
+
+def test_a_layer_class_compared_or_checked_is_its_pytorch_class() -> None:
+    result = convert_source(TYPES)
+    assert all(u.converted for u in result.report.uses), result.code
+    ns_p: dict[str, Any] = {}
+    ns_t: dict[str, Any] = {}
+    exec(TYPES, ns_p)
+    exec(result.code, ns_t)
+    assert ns_t["out"] == ns_p["out"] == [True, False, False, True, True, False, True, False]
+
+
+def test_an_expression_entry_called_or_operated_on_keeps_its_grouping() -> None:
+    """``Normal(std=0.5)(w)``: the initializer, a ``lambda`` in PyTorch, is called on the
+    tensor (unparenthesised, the line was a lambda that did nothing)."""
+    code = "import paddle\nw = paddle.zeros([3, 4])\npaddle.nn.initializer.Constant(value=0.5)(w)\n"
+    result = convert_source(code)
+    assert all(u.converted for u in result.report.uses), result.code
+    ns: dict[str, Any] = {}
+    exec(result.code, ns)
+    assert torch.all(ns["w"] == 0.5), result.code
+
+
+WEIGHT = """import paddle
+
+linear = paddle.nn.Linear(3, 3)
+out = paddle.matmul(x, linear.weight)
+"""
+
+
+def test_the_weight_of_a_linear_made_here_is_marked_where_it_is_used() -> None:
+    """Paddle's Linear holds its weight [in, out], PyTorch's [out, in]: ``x @ w`` of a
+    square one runs on both and computes other numbers (no error to tell)."""
+    result = convert_source(WEIGHT)
+    left = [u for u in result.report.uses if not u.converted]
+    assert [u.api for u in left] == ["paddle.nn.Linear.weight"], result.code
+    assert "[out, in] in PyTorch" in left[0].why
+    ns_p: dict[str, Any] = {"x": paddle.to_tensor(LOGITS_2D[:2, :3].astype(np.float32))}
+    exec(WEIGHT, ns_p)
+    ns_t: dict[str, Any] = {"x": torch.tensor(LOGITS_2D[:2, :3].astype(np.float32))}
+    exec(result.code, ns_t)
+    with torch.no_grad():  # the same layer: PyTorch's weight is Paddle's transposed
+        ns_t["linear"].weight.copy_(torch.tensor(ns_p["linear"].weight.numpy().T))
+        naive = ns_t["x"] @ ns_t["linear"].weight
+    assert not np.allclose(naive.numpy(), ns_p["out"].numpy())
+
+
+def test_the_high_level_model_saves_into_a_folder_it_makes(tmp_path: Path) -> None:
+    """``model.save('ckpt/final')`` (and ``fit(save_dir=...)``): Paddle makes the folder."""
+    code = convert_source(
+        "import paddle\nmodel = paddle.Model(paddle.nn.Linear(2, 1))\nmodel.save(path)\n"
+    ).code
+    ns: dict[str, Any] = {"path": str(tmp_path / "ckpt" / "final")}
+    exec(code, ns)
+    assert (tmp_path / "ckpt" / "final.pt").exists()

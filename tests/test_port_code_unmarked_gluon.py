@@ -157,3 +157,148 @@ def test_a_backward_per_device_before_the_step_divides_and_zeroes() -> None:
     exec(code, tgt)
     for a, b in zip(_weights(src), _weights(tgt), strict=True):
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-10)
+
+
+# ---- what running the corpus's files found (issue 36, the corpus's second pass) -----------
+
+SGD_BY_HAND = (
+    HEADER
+    + """
+x = nd.array(a, dtype='float64')
+w = nd.array([[0.5], [-1.0], [2.0]], dtype='float64')
+w.attach_grad()
+
+def sgd(params, lr, batch_size):
+    for param in params:
+        param[:] = param - lr * param.grad / batch_size
+
+for _ in range(3):
+    with autograd.record():
+        l = (nd.dot(x, w) ** 2).sum()
+    l.backward()
+    sgd([w], 0.1, 4)
+    w -= 0.01 * w.grad
+out = w
+"""
+)
+
+
+def test_an_array_updated_in_place_by_its_gradient_is_updated_without_recording() -> None:
+    """The book's ``param[:] = param - lr * param.grad / batch_size`` (and ``w -= ...``):
+    MXNet updates outside recording; PyTorch refuses an in-place change of a leaf that
+    needs a gradient unless no gradient is recorded (``with torch.no_grad():``)."""
+    result = convert_source(SGD_BY_HAND)
+    assert all(u.converted for u in result.report.uses), result.code
+    a = RNG.standard_normal((4, 3))
+    gluon: dict[str, Any] = {"a": a}
+    exec(SGD_BY_HAND, gluon)
+    converted: dict[str, Any] = {"a": a}
+    exec(result.code, converted)
+    np.testing.assert_allclose(converted["out"].detach().numpy(), gluon["out"].asnumpy(),
+                               rtol=0, atol=1e-12)  # fmt: skip
+
+
+def test_the_collected_parameters_initialize_and_zero_grad_as_the_block() -> None:
+    """``net.collect_params().initialize(...)`` / ``.zero_grad()`` (Gluon's ParameterDict)
+    are the net's: the converted calls are on the net, not on its parameter iterator."""
+    code = HEADER + (
+        "net = nn.Dense(2, in_units=3, flatten=False)\n"
+        "net.collect_params().initialize(mx.init.Constant(0.5))\n"
+        "net(nd.ones((1, 3))).sum().backward()\n"
+        "net.collect_params().zero_grad()\n"
+    )
+    result = convert_source(code)
+    assert "gluon_initialize(net, init=" in result.code, result.code
+    ns: dict[str, Any] = {}
+    exec(result.code, ns)
+    assert torch.all(ns["net"].weight == 0.5) and torch.all(ns["net"].weight.grad == 0)
+
+
+LATE_IMPORT = """import argparse
+parser = argparse.ArgumentParser()
+import mxnet as mx
+from mxnet import gluon
+
+def data(root):
+    return gluon.data.vision.MNIST(root, train=False)
+"""
+
+
+def test_helper_classes_follow_a_framework_import_below_other_statements() -> None:
+    """The helpers (here a torch Dataset class) come after ``import torch`` where the
+    file imports its framework below other code (gluon/mnist.py): a class deriving from
+    ``torch.utils.data.Dataset`` needs ``torch`` bound when it is defined."""
+    result = convert_source(LATE_IMPORT)
+    lines = result.code.splitlines()
+    assert lines.index("import torch") < lines.index("class GluonMNIST(GluonVisionDataset):")
+    ns: dict[str, Any] = {}
+    exec(result.code, ns)
+    assert callable(ns["data"])
+
+
+def test_begin_state_with_gluons_zeros_passed_as_the_function() -> None:
+    """``model.begin_state(func=mx.nd.zeros, batch_size=..., ctx=...)`` (the word LM):
+    the function passed is PyTorch's, which gluon_rnn's begin_state calls."""
+    code = HEADER + (
+        "from mxnet.gluon import rnn\n"
+        "layer = rnn.LSTM(4, num_layers=2, input_size=3)\n"
+        "layer.initialize()\n"
+        "states = layer.begin_state(func=mx.nd.zeros, batch_size=5, ctx=mx.cpu())\n"
+    )
+    result = convert_source(code)
+    assert all(u.converted for u in result.report.uses), result.code
+    gluon: dict[str, Any] = {}
+    exec(code, gluon)
+    ns: dict[str, Any] = {}
+    exec(result.code, ns)
+    want = [s.asnumpy() for s in gluon["states"]]
+    got = [s.numpy() for s in ns["states"]]
+    assert [w.shape for w in want] == [g.shape for g in got] == [(2, 5, 4)] * 2
+    assert all(not g.any() for g in got)
+
+
+SPLIT_STEP = (
+    HEADER
+    + """
+net = nn.Dense(2, in_units=3, flatten=False)
+net.initialize(mx.init.Constant(0.25), ctx=ctxs)
+net.cast('float64')
+trainer = gluon.Trainer(net.collect_params(), 'sgd', {'learning_rate': 0.5})
+loss = gloss.L2Loss()
+for x, y in batches:
+    data = gluon.utils.split_and_load(x, ctx_list=ctxs, batch_axis=0)
+    label = gluon.utils.split_and_load(y, ctx_list=ctxs, batch_axis=0)
+    outputs = []
+    with autograd.record():
+        for a, b in zip(data, label):
+            z = net(a)
+            L = loss(z, b)
+            L.backward()
+            outputs.append(z)
+    trainer.step(x.shape[0])
+"""
+)
+
+
+def test_a_step_after_losses_backward_in_a_loop_in_record_divides_each() -> None:
+    """super_resolution.py: ``with autograd.record(): for x, y in ...: ... L.backward();
+    outputs.append(z)`` then ``trainer.step(n)``: each device's loss divided by n (Gluon's
+    step scales the sum of the devices' gradients), the step paired. The converted net is
+    one model (gluon_initialize refuses several devices: given one, as it asks)."""
+    result = convert_source(SPLIT_STEP)
+    assert all(u.converted for u in result.report.uses), result.code
+    rng = np.random.default_rng(9)
+    batches = [(rng.standard_normal((4, 3)), rng.standard_normal((4, 2))) for _ in range(3)]
+    gluon: dict[str, Any] = {"batches": [(mx.nd.array(x, dtype="float64"),
+                                          mx.nd.array(y, dtype="float64")) for x, y in batches],
+                             "ctxs": [mx.cpu(0), mx.cpu(1)]}  # fmt: skip
+    exec(SPLIT_STEP, gluon)
+    ns: dict[str, Any] = {"batches": [(torch.tensor(x), torch.tensor(y)) for x, y in batches],
+                          "ctxs": [torch.device("cpu")] * 2}  # fmt: skip
+    exec(result.code.replace(", ctx=ctxs)", ")", 1), ns)
+    np.testing.assert_allclose(
+        ns["net"].weight.detach().numpy(),
+        gluon["net"].weight.data(mx.cpu(0)).asnumpy(),
+        rtol=0,
+        atol=1e-12,
+    )

@@ -79,6 +79,7 @@ class Converted:
     moved: dict[str, cst.BaseExpression] = field(default_factory=dict)
     imports: set[str] = field(default_factory=set)  # STDLIB modules the table code names
     inits: list[tuple[str, str]] = field(default_factory=list)  # parameter -> initializer
+    arounds: list[tuple[str, str]] = field(default_factory=list)  # helper -> the value
 
 
 @dataclass
@@ -111,6 +112,8 @@ def _bind(entry: Entry, args: Sequence[cst.Arg], api: str) -> list[_Bound]:
         if arg.star == "*" and pack is not None and i >= entry.args.index(pack):
             packed.append(arg)  # ``*parts`` into the packed list: ``[*parts]``
             continue
+        if arg.star and _all_dropped(entry):
+            continue  # whatever they hold is dropped (``hybridize(**options)``)
         if arg.star:
             raise NotConverted(f"`{arg.star}` arguments hide their names from the table")
         if arg.keyword is None:
@@ -137,6 +140,12 @@ def _bind(entry: Entry, args: Sequence[cst.Arg], api: str) -> list[_Bound]:
         whole = cst.Arg(value=cst.List(items))
         bound.insert(0, _Bound(pack, whole, entry.args.index(pack)))
     return bound
+
+
+def _all_dropped(entry: Entry) -> bool:
+    """A statement that goes whatever its arguments are: ``*args`` / ``**kwargs`` hide
+    nothing it needs."""
+    return entry.kind == "remove" and all(ANY in a.drop for a in entry.args)
 
 
 def _keywords(entry: Entry, args: Sequence[cst.Arg]) -> list[_Bound]:
@@ -290,6 +299,7 @@ def convert_arguments(
     before: list[str] = []
     moved: dict[str, cst.BaseExpression] = {}
     inits: list[tuple[str, str]] = []
+    arounds: list[tuple[str, str]] = []
     filled: dict[str, str] = {}  # source argument -> its converted code ("" dropped)
     edits = _edits(bound, api)
     values = {b.spec.name: code(b.node.value).strip() for b in bound}
@@ -300,6 +310,10 @@ def convert_arguments(
         if b.spec.moves:
             moved[b.spec.name] = b.node.value
             continue
+        if _around(b.spec, b.node):
+            arounds.append((b.spec.around, code(b.node.value).strip()))
+            if b.spec.to is None:
+                continue
         new = _convert_value(b.spec, b.node, refs)
         if new is not None and b.spec.init and not (b.spec.to and _listed(b.spec, b.node)):
             inits.append((b.spec.init, _initializer(b.spec, b.node, new)))
@@ -336,7 +350,18 @@ def convert_arguments(
             emitted.append((spec.target_name, cst.parse_expression(refs.fill(default)), None))
     emitted = _tuples(entry, emitted)
     laid = _layout(entry, emitted, args)
-    return Converted(target, laid, wraps, before, moved, refs.imports, inits)
+    return Converted(target, laid, wraps, before, moved, refs.imports, inits, arounds)
+
+
+def _around(spec: Arg, node: cst.Arg) -> bool:
+    """The value goes to the argument's ``around`` helper: given, not dropped, and, where it
+    is also passed on, not a literal."""
+    if not spec.around:
+        return False
+    is_literal, value = _value(node.value)
+    if is_literal and (spec.to is not None or any(_same(value, literal(d)) for d in spec.drop)):
+        return False
+    return ANY not in spec.drop
 
 
 def _initializer(spec: Arg, node: cst.Arg, new: str) -> str:

@@ -4,6 +4,7 @@ used by a marked call stays, and the target's root is imported where full names 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import takewhile
@@ -211,16 +212,60 @@ def with_helpers(module: cst.Module, helpers: Mapping[str, str]) -> cst.Module:
     if not helpers:
         return module
     body = list(module.body)
-    at = _after_preamble(body, imports=True)
+    at = max(_after_preamble(body, imports=True), _after_imports_of(body, helpers))
     blank = [cst.EmptyLine(), cst.EmptyLine()]
     defs = [
-        cst.parse_statement(helpers[n]).with_changes(leading_lines=blank) for n in sorted(helpers)
+        cst.parse_statement(helpers[n]).with_changes(leading_lines=blank)
+        for n in _bases_first(helpers)
     ]
     if at < len(body):
         lead = list(body[at].leading_lines)
         empty = len(list(takewhile(lambda line: line.comment is None, lead)))
         body[at] = body[at].with_changes(leading_lines=[*blank[: max(0, 2 - empty)], *lead])
     return module.with_changes(body=[*body[:at], *defs, *body[at:]])
+
+
+def _after_imports_of(body: Sequence[cst.CSTNode], helpers: Mapping[str, str]) -> int:
+    """Index after the last top-level import that binds a module the helpers' code names
+    (``import torch`` below the file's first imports: a helper class deriving from
+    ``torch.nn.Module`` needs it bound when it is defined)."""
+    named = {m for text in helpers.values() for m in re.findall(r"\b(\w+)\.", text)}
+    at = 0
+    for i, stmt in enumerate(body):
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if isinstance(small, cst.Import) and any(
+                _bound(alias) in named for alias in small.names
+            ):
+                at = i + 1
+    return at
+
+
+def _bound(alias: cst.ImportAlias) -> str:
+    """The name ``import a.b`` / ``import a.b as c`` binds."""
+    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+        return alias.asname.name.value
+    return _dotted(alias.name).split(".")[0]
+
+
+def _bases_first(helpers: Mapping[str, str]) -> list[str]:
+    """The helpers' names in order, each class after the helper classes it derives from
+    (``class GluonMNIST(GluonVisionDataset)``: the base must exist when it is defined)."""
+    order: list[str] = []
+
+    def place(name: str) -> None:
+        if name in order:
+            return
+        head = re.match(r"\s*class \w+\((.*?)\):", helpers[name])
+        for base in re.findall(r"\w+", head.group(1)) if head else ():
+            if base in helpers and base != name:
+                place(base)
+        order.append(name)
+
+    for name in sorted(helpers):
+        place(name)
+    return order
 
 
 def _small(text: str) -> cst.BaseSmallStatement:

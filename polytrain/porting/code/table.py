@@ -23,9 +23,11 @@ TABLE_DIR = Path(__file__).parent
 ANY = "*"  # in ``drop``: any value is dropped (it does not change a number)
 ARG_KEYS = {
     "name", "to", "drop", "convert", "template", "default", "why", "wrap", "others", "edits",
-    "before", "need", "spread", "moves", "init",
+    "before", "need", "spread", "moves", "init", "around",
 }  # fmt: skip
-KINDS = ("call", "reference", "method", "context", "scheduler", "remove", "expression")
+KINDS = (
+    "call", "reference", "method", "context", "scheduler", "remove", "expression", "attribute",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,11 @@ class Arg:
     call for the paired statement (the batch size of Gluon's ``trainer.step``). ``init``:
     the value (a converted initializer: a function of the tensor, or None) sets the made
     layer's parameter of that name, through the framework's ``init_helper``; a literal
-    listed in ``convert`` is a keyword as usual (``bias_attr=False``)."""
+    listed in ``convert`` is a keyword as usual (``bias_attr=False``). ``around``: a helper
+    the made object is passed to with the value, ``helper(made, value)``, where the value is
+    given and not dropped (an optimizer's ``grad_clip``); an argument that is also passed
+    on (``to``) goes through it only where it is not a literal (a learning rate that may be
+    a schedule)."""
 
     name: str
     to: str | None = ""
@@ -69,6 +75,7 @@ class Arg:
     spread: bool = False
     moves: bool = False
     init: str = ""
+    around: str = ""
 
     @property
     def packs(self) -> bool:
@@ -103,7 +110,12 @@ class Entry:
     (``$loss / torch.distributed.get_world_size()``); every argument kept must appear.
     ``called``: what a call without arguments of an object this API made in the module
     becomes, ``$self`` being the object (Paddle's loaders are called, ``loader()``, where
-    PyTorch's are iterated: ``$self``)."""
+    PyTorch's are iterated: ``$self``). ``through``: a method whose receiver may be that
+    method's result on the object meant (``net.collect_params().initialize()`` is
+    ``net.initialize()`` in Gluon): converted on the object. ``kind = "attribute"``: a
+    method-table name read without a call (``y.size``), replaced by ``target`` with
+    ``$self`` the object. ``value``: what a call entry's API becomes where it is used as
+    a value, not called (``func=mx.nd.zeros``: ``torch.zeros``)."""
 
     source: str
     target: str
@@ -127,6 +139,8 @@ class Entry:
     result: str = ""
     unpaired: str = ""
     called: str = ""
+    through: str = ""
+    value: str = ""
 
     @property
     def is_method(self) -> bool:
@@ -142,7 +156,11 @@ class Framework:
     (an alias of a source module becomes an alias of its target module), what a wrapped
     layer is wrapped in, and the entries by source name. ``helpers``: functions or classes
     (name -> their code) a converted use may call; each one used is defined in the converted
-    file, with the helpers its code names. ``list_methods``: methods whose result is a list
+    file, with the helpers its code names. ``grad_update``: the context manager an in-place
+    update of an array by a gradient (``param[:] = param - lr * param.grad``, done outside
+    recording in the source) runs in. ``transposed``: layers whose ``.weight`` is the
+    transpose of the PyTorch layer's (Paddle's Linear: [in, out]); a use of it is marked.
+    ``list_methods``: methods whose result is a list
     in the source and an iterator in PyTorch (``.parameters``): ``a + b`` of them is
     written ``list(a) + list(b)``."""
 
@@ -157,6 +175,8 @@ class Framework:
     helpers: Mapping[str, str] = field(default_factory=dict)
     list_methods: tuple[str, ...] = ()  # return a list in the source, an iterator in PyTorch
     init_helper: str = ""  # the helper that sets a made layer's parameters (Arg.init)
+    transposed: tuple[str, ...] = ()  # layers whose weight is the PyTorch weight's transpose
+    grad_update: str = ""  # the context an in-place update by a gradient runs in (no_grad)
 
     def canonical(self, name: str) -> str:
         """``name`` with a module synonym replaced (``mxnet.ndarray.zeros`` is
@@ -200,6 +220,7 @@ def _arg(raw: str | Mapping[str, Any], where: str) -> Arg:
         spread=bool(raw.get("spread", False)),
         moves=bool(raw.get("moves", False)),
         init=raw.get("init", ""),
+        around=raw.get("around", ""),
         why=raw.get("why", ""),
         wrap=bool(raw.get("wrap", False)),
         others=bool(raw.get("others", False)),
@@ -245,6 +266,8 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
         result=raw.get("result", ""),
         unpaired=raw.get("unpaired", ""),
         called=raw.get("called", ""),
+        through=raw.get("through", ""),
+        value=raw.get("value", ""),
     )
 
 
@@ -298,6 +321,8 @@ def load_framework(path: Path) -> Framework:
         same=dict(head.get("same", {})),
         helpers=helpers,
         list_methods=tuple(head.get("list_methods", ())),
+        transposed=tuple(head.get("transposed", ())),
+        grad_update=head.get("grad_update", ""),
         init_helper=head.get("init_helper", ""),
     )
 
@@ -318,7 +343,8 @@ def frameworks() -> dict[str, Framework]:
                 old.sequential or fw.sequential, {**old.entries, **fw.entries},
                 {**old.methods, **fw.methods}, {**old.same, **fw.same},
                 {**old.helpers, **fw.helpers}, (*old.list_methods, *fw.list_methods),
-                old.init_helper or fw.init_helper,
+                old.init_helper or fw.init_helper, (*old.transposed, *fw.transposed),
+                old.grad_update or fw.grad_update,
             )  # fmt: skip
         merged[fw.root] = fw
     return merged

@@ -25,8 +25,14 @@ from polytrain.porting.code.table import Entry, Framework
 
 MARKER = "# polytrain port-code: {api} not converted: {why}"
 STATEMENT = "(statement)"  # the API a statement left whole after a failure is reported as
+FOREIGN = "(another module)"  # what made a name assigned from a call of a non-framework import
 FAILED = "the tool failed on this statement ({error}); it is left as it was"
 NOT_IN_TABLE = "not in the mapping table yet"
+TRANSPOSED = (
+    "the layer's weight is [out, in] in PyTorch, [in, out] in the source: write .T where its "
+    "layout matters (a product, a copy), not where the tensor itself is meant (an initializer, "
+    "an optimizer's parameters)"
+)
 SCHEDULER_ALONE = (
     "a scheduler is converted when an optimizer is made from it in the same block, after "
     "it (`opt = paddle.optimizer.X(learning_rate=sched, ...)`): PyTorch builds it on the "
@@ -156,9 +162,13 @@ class PortTransformer(cst.CSTTransformer):
         self._helpers_named(fw, fw.helpers[name])
 
     def _helpers_named(self, fw: Framework, text: str) -> None:
-        for other in fw.helpers:
-            if re.search(rf"\b{other}\b", text):
-                self._helper(fw, other)
+        """The helpers ``text`` names: the framework's own, else another table's (a d2lzh
+        loader reads Gluon's datasets)."""
+        for table in (fw, *(f for f in self.tables.values() if f is not fw)):
+            for other in table.helpers:
+                own = table is fw or other not in fw.helpers
+                if own and re.search(rf"\b{other}\b", text):
+                    self._helper(table, other)
 
     def _table_code(self, fw: Framework, text: str) -> cst.BaseExpression:
         """Code from the table (a converted value, a wrapping layer): its target names are
@@ -235,8 +245,11 @@ class PortTransformer(cst.CSTTransformer):
                 if len(node.targets) != 1 or not isinstance(node.value, cst.Call):
                     return
                 found = outer._resolve(node.value.func)
+                target = code(node.targets[0].target).strip()
                 if found is not None:
-                    outer._made_by[code(node.targets[0].target).strip()] = found.name
+                    outer._made_by[target] = found.name
+                elif outer._foreign(node.value.func):  # ``env = gym.make(...)``
+                    outer._made_by[target] = FOREIGN
 
         module.visit(Finder())
 
@@ -255,19 +268,11 @@ class PortTransformer(cst.CSTTransformer):
 
     def _backward_before(self, body: Sequence[cst.CSTNode], at: int) -> cst.Call | None:
         """The last ``loss.backward()`` (an entry with ``needs_pair``) before ``body[at]``,
-        in the block, at the top of a ``with`` block in it, or the last statement of a
-        ``for`` loop over several losses (one per device after ``split_and_load``: PyTorch
-        adds their gradients into the one model, as the Trainer sums the devices'); None
-        past another step."""
+        in the block, in a ``with`` block in it, or in a ``for`` loop over several losses
+        (one per device after ``split_and_load``: PyTorch adds their gradients into the one
+        model, as the Trainer sums the devices'); None past another step."""
         for stmt in reversed(body[:at]):
-            inner = list(stmt.body.body) if isinstance(stmt, cst.With | cst.For) else [stmt]
-            if isinstance(stmt, cst.With | cst.For) and not isinstance(
-                stmt.body, cst.IndentedBlock
-            ):
-                inner = []
-            if isinstance(stmt, cst.For):  # ``for l in losses: l.backward()``: each one
-                inner = inner[-1:] if stmt.orelse is None else []
-            for candidate in reversed(inner):
+            for candidate in _candidates(stmt):
                 found = self._method_call(candidate)
                 if found is None:
                     continue
@@ -329,6 +334,9 @@ class PortTransformer(cst.CSTTransformer):
         self._call_funcs.add(node.func)
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        return self._grouped(original, self._converted_call(original, updated))
+
+    def _converted_call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         named = isinstance(original.func, cst.Name | cst.Attribute)
         found = self._resolve(original.func) if named else None
         if found is not None:
@@ -339,9 +347,20 @@ class PortTransformer(cst.CSTTransformer):
             return cst.parse_expression(made.called.replace("$self", code(updated.func)))
         if isinstance(original.func, cst.Attribute) and not self._foreign(original.func.value):
             entry = self._method(original.func.attr.value)
-            if entry is not None:
+            if entry is not None and entry.kind != "attribute":
                 return self._convert_method(original, updated, entry)
         return updated
+
+    def _grouped(self, original: cst.Call, made: cst.BaseExpression) -> cst.BaseExpression:
+        """``made`` in parentheses where it is an operation (an expression entry's ``a * b``,
+        ``lambda w: ...``) whose place binds tighter: called, an attribute's or a
+        subscript's value, an operand."""
+        if made.lpar or isinstance(made, _ATOMS):
+            return made
+        parent = self.get_metadata(ParentNodeProvider, original, None)
+        if isinstance(parent, _LOOSE) or parent is None:
+            return made
+        return made.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
     def _made_entry(self, func: cst.BaseExpression) -> Entry | None:
         """The entry of the API whose call made the object ``func`` names in the module."""
@@ -409,8 +428,19 @@ class PortTransformer(cst.CSTTransformer):
             call = cst.parse_expression(code(call) + entry.result)
         if converted.inits:  # ``init_parameters(layer, weight=...)``: the table's helper
             call = self._initialised(found.framework, call, converted.inits)
+        call = self._around(found.framework, call, converted.arounds)
         self._done(original, api)
         return self._wrapped(found.framework, call, converted.wraps, converted.before)
+
+    def _around(
+        self, fw: Framework, call: cst.BaseExpression, arounds: Sequence[tuple[str, str]]
+    ) -> cst.BaseExpression:
+        """The made object passed to each ``around`` helper with its argument's value
+        (``with_grad_clip(optimizer, clip)``)."""
+        for helper, value in arounds:
+            made = [cst.Arg(call), cst.Arg(cst.parse_expression(value))]
+            call = cst.Call(self._table_code(fw, helper), made)
+        return call
 
     def _initialised(
         self, fw: Framework, call: cst.BaseExpression, inits: Sequence[tuple[str, str]]
@@ -461,7 +491,7 @@ class PortTransformer(cst.CSTTransformer):
         if entry.receivers:
             made_by = self._made_by.get(code(original.func.value).strip())
             if made_by not in entry.receivers:
-                if entry.unknown_receiver:
+                if entry.unknown_receiver and made_by != FOREIGN:
                     self._left(original, api, entry.unknown_receiver)
                 return updated
         if entry.unsupported:
@@ -475,7 +505,7 @@ class PortTransformer(cst.CSTTransformer):
         if unpaired and not entry.unpaired:
             self._left(original, api, entry.needs_pair)
             return updated
-        receiver = updated.func.value
+        receiver = _through(original, updated, entry.through)
         try:
             converted = convert_arguments(entry, updated.args, api, code(receiver).strip())
         except NotConverted as exc:
@@ -514,7 +544,7 @@ class PortTransformer(cst.CSTTransformer):
         return sum(1 for api in self._made_by.values() if api in makers) > 1
 
     def _method_expression(
-        self, original: cst.Call, api: str, text: str, imports: set[str]
+        self, original: cst.CSTNode, api: str, text: str, imports: set[str]
     ) -> cst.BaseExpression:
         """A method call replaced by its entry's expression (``$self`` filled in)."""
         self._done(original, api)
@@ -567,7 +597,35 @@ class PortTransformer(cst.CSTTransformer):
     def leave_Attribute(
         self, original: cst.Attribute, updated: cst.Attribute
     ) -> cst.BaseExpression:
+        if original.attr.value == "weight":
+            self._transposed_weight(original)
+        entry = self._method(original.attr.value)
+        if entry is not None and entry.kind == "attribute" and self._read(original):
+            self._done(original, entry.source)
+            return self._method_expression(
+                original, entry.source, entry.target.replace("$self", code(updated.value)), set()
+            )
         return self._reference(original, updated)
+
+    def _read(self, node: cst.Attribute) -> bool:
+        """``x.name`` read as a value of ``x``: not called, not a longer name's prefix, not
+        assigned to, ``x`` not a module other than the frameworks'."""
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        return not (
+            node in self._call_funcs
+            or (isinstance(parent, cst.Attribute) and parent.value is node)
+            or isinstance(parent, cst.AssignTarget | cst.Del)
+            or (isinstance(parent, cst.AugAssign) and parent.target is node)
+            or self._foreign(node.value)
+        )
+
+    def _transposed_weight(self, node: cst.Attribute) -> None:
+        """``linear.weight`` of a layer made here whose weight is the PyTorch layer's
+        transpose (Paddle's Linear: [in, out]; PyTorch's: [out, in]): marked, the layout
+        being what the use decides (a product wants ``.T``, an initializer the tensor)."""
+        api = self._made_by.get(code(node.value).strip())
+        if api is not None and any(api in fw.transposed for fw in self.imported):
+            self._left(node, f"{api}.weight", TRANSPOSED)
 
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
         return self._reference(original, updated)
@@ -592,12 +650,37 @@ class PortTransformer(cst.CSTTransformer):
         if entry is None:
             self._left(original, found.name, NOT_IN_TABLE)
             return updated
-        if entry.kind != "reference":
+        as_type = _as_type(entry) and self._type_use(original)
+        if entry.kind != "reference" and not as_type and not entry.value:
             why = entry.unsupported or "used without a call: its arguments cannot be converted"
             self._left(original, found.name, why)
             return updated
         self._done(original, found.name)
-        return self._target_expr(original, entry.target)
+        value = entry.value if entry.kind != "reference" and not as_type else entry.target
+        return self._target_expr(original, value)
+
+    def _type_use(self, node: cst.CSTNode) -> bool:
+        """``node`` is compared (``type(m) == nn.Linear``) or is the type ``isinstance`` /
+        ``issubclass`` checks against (alone or in a tuple): a class, not a call."""
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        if isinstance(parent, cst.Comparison | cst.ComparisonTarget):
+            return True
+        if isinstance(parent, cst.Element):
+            parent = self.get_metadata(ParentNodeProvider, parent, None)
+            if not isinstance(parent, cst.Tuple):
+                return False
+            parent = self.get_metadata(ParentNodeProvider, parent, None)
+        if not isinstance(parent, cst.Arg):
+            return False
+        call = self.get_metadata(ParentNodeProvider, parent, None)
+        return (
+            isinstance(parent, cst.Arg)
+            and isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Name)
+            and call.func.value in ("isinstance", "issubclass")
+            and len(call.args) == 2
+            and call.args[1] is parent
+        )
 
     def leave_BinaryOperation(
         self, original: cst.BinaryOperation, updated: cst.BinaryOperation
@@ -635,6 +718,50 @@ class PortTransformer(cst.CSTTransformer):
             self.inside.append(at)
         return super().on_visit(node)
 
+    # -- in-place updates by a gradient -----------------------------------------------------
+
+    def _grad_update(self, stmt: cst.CSTNode) -> bool:
+        """``param[:] = param - lr * param.grad`` or ``w -= lr * w.grad``: an array updated
+        in place by a gradient, which the source does outside recording and PyTorch
+        refuses on a leaf that needs a gradient unless no gradient is recorded."""
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+            return False
+        if not any(fw.grad_update for fw in self.imported):
+            return False
+        small = stmt.body[0]
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            target, value = small.targets[0].target, small.value
+            in_place = isinstance(target, cst.Subscript)
+        elif isinstance(small, cst.AugAssign):
+            target, value = small.target, small.value
+            in_place = isinstance(target, cst.Subscript | cst.Name)
+        else:
+            return False
+        return in_place and ".grad" in code(value) and not self._in_with(stmt)
+
+    def _in_with(self, node: cst.CSTNode) -> bool:
+        """``node`` is inside a ``with`` block of its function (``autograd.record()``
+        records there)."""
+        current = self.get_metadata(ParentNodeProvider, node, None)
+        while current is not None:
+            if isinstance(current, cst.With):
+                return True
+            if isinstance(current, cst.FunctionDef | cst.ClassDef):
+                return False
+            current = self.get_metadata(ParentNodeProvider, current, None)
+        return False
+
+    def _unrecorded(self, stmt: cst.SimpleStatementLine) -> cst.With:
+        """``stmt`` in the table's context (``with torch.no_grad():``)."""
+        context = next(fw.grad_update for fw in self.imported if fw.grad_update)
+        self._roots_named(context)
+        inner = stmt.with_changes(leading_lines=[])
+        return cst.With(
+            items=[cst.WithItem(cst.parse_expression(context))],
+            body=cst.IndentedBlock(body=[inner]),
+            leading_lines=stmt.leading_lines,
+        )
+
     # -- markers --------------------------------------------------------------------------
 
     def on_leave(  # type: ignore[override]
@@ -653,6 +780,8 @@ class PortTransformer(cst.CSTTransformer):
         result = super().on_leave(original_node, updated_node)
         if original_node in self._removed:
             return cst.RemoveFromParent()
+        if isinstance(result, cst.SimpleStatementLine) and self._grad_update(original_node):
+            result = self._unrecorded(result)
         then = self._then.pop(original_node, None)
         if then is not None and isinstance(result, cst.SimpleStatementLine):
             added = cst.parse_statement(then)
@@ -668,6 +797,72 @@ class PortTransformer(cst.CSTTransformer):
             made = result.nodes if isinstance(result, cst.FlattenSentinel) else [result]
             self._made[original_node] = [n for n in made if isinstance(n, cst.CSTNode)]
         return result
+
+
+_ATOMS = (
+    cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.SimpleString, cst.ConcatenatedString,
+    cst.FormattedString, cst.Integer, cst.Float, cst.Imaginary, cst.List, cst.Dict, cst.Set,
+    cst.ListComp, cst.DictComp, cst.SetComp, cst.GeneratorExp, cst.Ellipsis,
+)  # fmt: skip
+_LOOSE = (
+    cst.Arg, cst.Assign, cst.AnnAssign, cst.AugAssign, cst.Return, cst.Expr, cst.Element,
+    cst.DictElement, cst.WithItem, cst.Yield,
+)  # fmt: skip  # places where an operation needs no parentheses
+
+
+def _candidates(stmt: cst.CSTNode) -> list[cst.CSTNode]:
+    """Where a paired backward may be in ``stmt``, the last first: the statement itself; a
+    ``with`` block's statements (a ``for`` loop among them as below); a ``for`` loop's."""
+    if isinstance(stmt, cst.With):
+        if not isinstance(stmt.body, cst.IndentedBlock):
+            return []
+        found: list[cst.CSTNode] = []
+        for inner in reversed(stmt.body.body):
+            found.extend(_loop(inner) if isinstance(inner, cst.For) else [inner])
+        return found
+    return _loop(stmt) if isinstance(stmt, cst.For) else [stmt]
+
+
+def _loop(stmt: cst.For) -> list[cst.CSTNode]:
+    """``for l in losses: l.backward()``: the loop's statements, the last first, down to
+    one that reads a gradient (a backward before it would be read scaled: not paired)."""
+    if stmt.orelse is not None or not isinstance(stmt.body, cst.IndentedBlock):
+        return []
+    found: list[cst.CSTNode] = []
+    for inner in reversed(stmt.body.body):
+        if ".grad" in code(inner):
+            break
+        found.append(inner)
+    return found
+
+
+def _as_type(entry: Entry) -> bool:
+    """A call entry whose target is a name that every converted call makes an instance of
+    (no layer wrapped around it, no chosen target, no result rewritten): as a type it is
+    that name."""
+    return (
+        entry.kind == "call"
+        and re.fullmatch(r"[A-Za-z_][\w.]*", entry.target) is not None
+        and entry.target_by is None
+        and not entry.result
+        and not any(a.wrap or a.before for a in entry.args)
+    )
+
+
+def _through(original: cst.Call, updated: cst.Call, method: str) -> cst.BaseExpression:
+    """The receiver a method is converted on: ``net`` where the call is
+    ``net.<method>().<this>(...)`` and the entry goes ``through`` that method, else the
+    call's own receiver."""
+    assert isinstance(updated.func, cst.Attribute) and isinstance(original.func, cst.Attribute)
+    inner = updated.func.value
+    if (
+        method
+        and _call_of(original.func.value, {method.lstrip(".")})
+        and isinstance(inner, cst.Call)
+        and isinstance(inner.func, cst.Attribute)
+    ):
+        return inner.func.value
+    return inner
 
 
 def _call_of(node: cst.BaseExpression, methods: Collection[str]) -> bool:
