@@ -327,13 +327,21 @@ def project(tmp_path: Path) -> Path:
     return make_project(tmp_path / "proj", ("train", "pkg/model"))
 
 
+OLD_OUTPUT = {"old.py": b"the old conversion\n"}
+
+
+def write_old_output(out: Path) -> Path:
+    """``out`` made a converted folder from before (:data:`OLD_OUTPUT`)."""
+    out.mkdir(parents=True)
+    for name, data in OLD_OUTPUT.items():
+        (out / name).write_bytes(data)
+    return out
+
+
 @pytest.fixture
 def old_output(tmp_path: Path) -> Path:
     """A converted folder from before (--overwrite replaces it only with a whole new one)."""
-    out = tmp_path / "out" / "proj_torch"
-    out.mkdir(parents=True)
-    (out / "old.py").write_text("the old conversion\n")
-    return out
+    return write_old_output(tmp_path / "out" / "proj_torch")
 
 
 def assert_converted(out: Path, project: Path) -> None:
@@ -346,7 +354,7 @@ def assert_converted(out: Path, project: Path) -> None:
 
 
 def old_or_whole_folder(out: Path, project: Path) -> None:
-    if files_in(out) != {"old.py": b"the old conversion\n"}:
+    if files_in(out) != OLD_OUTPUT:
         assert_converted(out, project)
 
 
@@ -354,14 +362,12 @@ def test_port_code_disk_full(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     project = make_project(tmp_path / "proj", ("train", "pkg/model"), data_bytes=1 << 20)
     inputs = files_in(project)
     with mounted_tmpfs(tmp_path / "small", "size=512k") as small:
-        out = small / "proj_torch"
-        out.mkdir()
-        (out / "old.py").write_text("the old conversion\n")
+        out = write_old_output(small / "proj_torch")
         code = main(["port-code", str(project), "-o", str(out), "--overwrite"])
         line = one_line(capsys.readouterr().err, "port-code")
         assert code == 2, line
         assert f"error: {out}: No space left on device" in line
-        assert files_in(out) == {"old.py": b"the old conversion\n"}  # not half a new one
+        assert files_in(out) == OLD_OUTPUT  # not half a new one
         assert os.listdir(small) == ["proj_torch"]  # no temporary folder
     assert files_in(project) == inputs
 
@@ -407,8 +413,7 @@ def _port_code_mid_write(project: Path, out: Path, tries: int = 5) -> subprocess
             time.sleep(0.001)
         assert proc.returncode == 0, stderr_of(proc)
         shutil.rmtree(out)
-        out.mkdir()
-        (out / "old.py").write_text("the old conversion\n")
+        write_old_output(out)
     raise AssertionError(f"port-code was never caught writing in {tries} tries")
 
 
