@@ -6,8 +6,10 @@ They are registered on the run's plugin manager exactly like third-party plugins
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
+import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -117,12 +119,15 @@ def lr_policy(recipe: dict[str, Any]) -> str:
 
 
 class JsonlLogger:
-    """Appends one JSON object per event to ``path`` (rank 0 only); each line is flushed
-    at epoch ends, so a killed run keeps every finished epoch."""
+    """Appends one JSON object per event to ``path`` (rank 0 only). Start, epoch and end
+    lines are flushed at once; step lines at least every ``flush_seconds`` (``tail -f``
+    shows a run as it goes; a killed run keeps every finished epoch)."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], flush_seconds: float = 1.0) -> None:
         self.path = Path(path)
+        self.flush_seconds = flush_seconds
         self._fh: IO[str] | None = None
+        self._step_flushed_at = -math.inf  # the first step line is flushed at once
 
     def _write(self, record: dict[str, Any], flush: bool = False) -> None:
         if self._fh is None:
@@ -131,6 +136,11 @@ class JsonlLogger:
         self._fh.write(json.dumps(record) + "\n")
         if flush:
             self._fh.flush()
+        elif record["event"] == "step":
+            now = time.monotonic()
+            if now - self._step_flushed_at >= self.flush_seconds:
+                self._fh.flush()
+                self._step_flushed_at = now
 
     @hookimpl
     def polytrain_train_start(self, run: RunInfo) -> None:
