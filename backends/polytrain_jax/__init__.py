@@ -1,6 +1,7 @@
 """jax backend plugin: polytrain's verbs over JAX (fp32/fp64, emulated cpu:N devices as
-XLA host devices, one process, the training step ``jax.jit``-compiled); native files
-in Flax's msgpack. Install with ``pip install 'polytrain[jax]'``."""
+XLA host devices, several processes through ``jax.distributed`` with Gloo's CPU
+collectives, the training step ``jax.jit``-compiled); native files in Flax's msgpack.
+Install with ``pip install 'polytrain[jax]'``."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from polytrain.backend.native_format import NativeFormat
 from polytrain.distributed.launcher import Launcher
 
 #: every neutral layer type, fp32 and fp64, emulated devices; arrays are immutable, so
-#: collectives return new arrays, in one process
-CAPABILITIES = Capabilities(devices=("cpu", "cpu:N"), collectives=("returned",))
+#: collectives return new arrays, within a process and across processes
+CAPABILITIES = Capabilities(devices=("cpu", "cpu:N"), collectives=("returned", "processes"))
 
 
 def _backend_class() -> type[Backend]:
@@ -36,9 +37,9 @@ def polytrain_register_backends(register: Callable[[BackendInfo], None]) -> None
             distribution="jax",
             factory=backend_factory(_backend_class),
             extra="jax",
-            description="JAX: the step jax.jit-compiled, emulated cpu:N devices, one process",
+            description="JAX: the step jax.jit-compiled, emulated cpu:N devices, processes",
             order=50,
-            collectives="none (one process; jax.distributed has no CPU collectives here)",
+            collectives="gloo (jax.distributed's CPU collectives)",
             capabilities=CAPABILITIES,
         )
     )

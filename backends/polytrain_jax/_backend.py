@@ -4,8 +4,9 @@ A spec becomes one pure function (:mod:`._net`); the training step is the step v
 (:meth:`JaxBackend.loss_and_gradients`) as one ``jax.jit``-compiled program
 (:mod:`._step`), the optimizer's update another, or the same program when fused.
 Emulated devices ``cpu:K`` are XLA host devices (their count fixed before jax is
-imported: :mod:`._env`). Collectives return new arrays (declared: ``collectives=("returned",)``).
-fp32 and fp64 (``jax_enable_x64`` scoped: :func:`._model.x64`); one process.
+imported: :mod:`._env`). Collectives return new arrays (declared: ``collectives=("returned",
+"processes")``); across processes through ``jax.distributed`` (:mod:`._processes`).
+fp32 and fp64 (``jax_enable_x64`` scoped: :func:`._model.x64`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from polytrain.backend.devices import split_device_name
 from polytrain.backend.functional import FunctionalOps
 from polytrain.backend.identity import CompileProfile
 from polytrain.backend.precision import PrecisionSupport, check_dtype
+from polytrain.distributed.cluster import ClusterInfo
 from polytrain.errors import BackendError, ConfigError
 from polytrain.neutral import dropout_masks
 from polytrain.neutral.losses import LossSpec
@@ -32,7 +34,7 @@ from polytrain.neutral.models import ModelSpec, is_buffer
 from polytrain.neutral.optim import Optimizer, OptimizerConfig
 from polytrain.utils.fileio import atomic_write_bytes
 
-from . import _env, _losses, _rnn_layers, _seq_layers  # noqa: F401  (the builders register)
+from . import _env, _losses, _processes, _rnn_layers, _seq_layers  # noqa: F401  (the builders register)
 from ._masks import KeyMasks, dropout_calls, parity_masks
 from ._model import JaxDevice, JaxModel, Speculative, x64
 from ._net import Context, build
@@ -48,10 +50,7 @@ from ._recorded import (
 )
 from ._step import StepKind, eval_program, step_program
 
-ONE_PROCESS = (
-    "the jax backend runs in one process here: jax.distributed has no CPU collectives in "
-    "jaxlib 0.4.30; use --devices cpu:N for data parallelism in one process"
-)
+JOIN_TIMEOUT = 120.0  # seconds, for a launched job's processes to meet
 #: LeNet, batch 256, fp32, 2 threads, on the shared 2-core machine under load 7 (two
 #: rounds of 8 steps after 2 untimed; figures ~8x slower than on a quiet machine, alike for
 #: both modes): jit 400-506 ms per step against 644-687 op by op; the first step and one
@@ -67,6 +66,7 @@ class JaxBackend(Backend):
 
     def __init__(self, options: Any = None) -> None:
         super().__init__(options)
+        _processes.join_if_launched(JOIN_TIMEOUT)  # before jax runs anything here
         self.seed(0)
 
     # -- identity, threads, seeds ---------------------------------------------------------
@@ -81,9 +81,16 @@ class JaxBackend(Backend):
         """XLA sizes its thread pool when jax loads (from the count exported then)."""
 
     def seed(self, seed: int) -> None:
-        with x64():
-            self._key = jax.random.PRNGKey(seed)
-        self._draws = 0
+        self._seed = seed
+        self._key_made: Any = None  # made at first use: jax.distributed must be joined
+        self._draws = 0  # before jax runs anything
+
+    @property
+    def _key(self) -> Any:
+        if self._key_made is None:
+            with x64():
+                self._key_made = jax.random.PRNGKey(self._seed)
+        return self._key_made
 
     def synchronize(self) -> None:
         (jax.device_put(0.0) + 0).block_until_ready()
@@ -100,7 +107,7 @@ class JaxBackend(Backend):
         kind, index = split_device_name(name)
         if kind != "cpu":
             raise BackendError(f"The jax backend here has no GPU ({name!r}): use cpu or cpu:K.")
-        hosts = jax.devices("cpu")
+        hosts = jax.local_devices(backend="cpu")
         if index is not None and index >= len(hosts):
             raise ConfigError(
                 f"Device {name!r}: jax started with {len(hosts)} host device(s) (XLA reads "
@@ -146,17 +153,20 @@ class JaxBackend(Backend):
         check_reduce_op(op)
         arrays = [value(t) for t in tensors]
         with x64():
-            home = _device_of(arrays[0])
-            total = arrays[0]
-            for a in arrays[1:]:
-                total = total + jax.device_put(a, home)
+            total, count = _summed_here(arrays), len(arrays)
+            if self.world_size > 1:  # then over the processes, in one fixed order
+                total, count = _processes.summed(total), count * self.world_size
             if op == "mean":
-                total = total / len(arrays)
+                total = total / count
             return [jax.device_put(total, _device_of(a)) for a in arrays]
 
     def broadcasted(self, tensors: Sequence[Any], src: int = 0) -> list[Any]:
         arrays = [value(t) for t in tensors]
-        return [jax.device_put(arrays[src], _device_of(a)) for a in arrays]
+        source = arrays[src]
+        if self.world_size > 1:
+            with x64():
+                source = _processes.from_rank0(source)
+        return [jax.device_put(source, _device_of(a)) for a in arrays]
 
     # -- models ---------------------------------------------------------------------------
 
@@ -359,14 +369,22 @@ class JaxBackend(Backend):
         return [[g[n] for g in m.grads] for n in m.params[0]]  # type: ignore[index]
 
     def sync_gradients(self, model: Model) -> None:
+        """Sum over the replicas, then over the processes in one flat collective."""
         m = JaxModel.of(model)
-        if m.num_devices == 1 or any(g is None for g in m.grads):
+        if (m.num_devices == 1 and self.world_size == 1) or any(g is None for g in m.grads):
             return
         with x64():
-            summed = [self.all_reduced(per_param, "sum") for per_param in self.replica_gradients(m)]
+            per_param = self.replica_gradients(m)
+            totals = [_summed_here(replicas) for replicas in per_param]
+            if self.world_size > 1:
+                totals = _processes.summed_together(totals)
             names = list(m.params[0])
             m.grads = [
-                {n: s[i] for n, s in zip(names, summed, strict=True)} for i in range(m.num_devices)
+                {
+                    n: jax.device_put(t, _device_of(r[i]))
+                    for n, t, r in zip(names, totals, per_param, strict=True)
+                }
+                for i in range(m.num_devices)
             ]
 
     def _map_grads(self, model: Model, f: Callable[[Any], Any]) -> None:
@@ -407,11 +425,16 @@ class JaxBackend(Backend):
         }
 
     def init_distributed(
-        self, info: Any, devices: Sequence[Device], timeout: float = 120.0
+        self, info: ClusterInfo, devices: Sequence[Device], timeout: float = 120.0
     ) -> None:
-        world, servers = getattr(info, "world_size", 1), getattr(info, "num_servers", 0)
-        if world > 1 or servers > 0:
-            raise BackendError(f"Cannot join a job of {world} worker(s): {ONE_PROCESS}.")
+        """Join ``info``'s job (if :meth:`devices` did not already) with Gloo's CPU
+        collectives; :meth:`all_reduced` and :meth:`broadcasted` then span it."""
+        _processes.join(info, timeout)
+        self.rank, self.world_size = info.rank, info.world_size
+
+    def shutdown_distributed(self) -> None:
+        _processes.leave()
+        self.rank, self.world_size = 0, 1
 
     # -- native files ---------------------------------------------------------------------
 
@@ -424,6 +447,15 @@ class JaxBackend(Backend):
         from ._format import FlaxMsgpackFormat
 
         self.set_params(model, FlaxMsgpackFormat().read(path))
+
+
+def _summed_here(arrays: Sequence[Any]) -> Any:
+    """The sum of one process's replicas, in their order, on the first one's device."""
+    home = _device_of(arrays[0])
+    total = value(arrays[0])
+    for a in arrays[1:]:
+        total = total + jax.device_put(value(a), home)
+    return total
 
 
 def _device_of(tensor: Any) -> Any:

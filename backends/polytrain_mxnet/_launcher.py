@@ -29,7 +29,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,7 @@ from polytrain.distributed.cluster import (
     parse_port,
 )
 from polytrain.distributed.launcher import Launcher, LaunchSpec
+from polytrain.distributed.network import wait_for_master
 from polytrain.distributed.supervisor import (
     STOP_GRACE_SECONDS,
     after_stall,
@@ -160,24 +160,7 @@ def _start(
 
 def wait_for_scheduler(spec: LaunchSpec) -> None:
     """Nodes other than 0: wait until the scheduler's port answers, or fail clearly."""
-    deadline = time.monotonic() + spec.timeout
-    reason = ""
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((spec.master_addr, spec.master_port), timeout=2):
-                return
-        except ConnectionRefusedError:
-            reason = "connection refused"
-        except TimeoutError:
-            reason = "no answer"
-        except OSError as exc:
-            reason = exc.strerror or str(exc)
-        time.sleep(0.5)
-    raise ClusterError(
-        f"The MXNet scheduler at {spec.master} could not be reached from node "
-        f"{spec.node_rank} within {spec.timeout:.0f} s (--timeout; last attempt: {reason}). "
-        "Check that node rank 0 runs and that its address and port are reachable from here."
-    )
+    wait_for_master(spec, "The MXNet scheduler")
 
 
 class ParameterServerLauncher(Launcher):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import socket
+import time
 
 from polytrain.distributed.launcher import LaunchSpec
 from polytrain.errors import ClusterError
@@ -95,3 +96,26 @@ def probe_master(spec: LaunchSpec, seconds: float = 2.0) -> str:
         return f"{spec.master} did not answer within {seconds:.0f} s"
     except OSError as exc:
         return f"{spec.master} cannot be reached ({exc.strerror or exc})"
+
+
+def wait_for_master(spec: LaunchSpec, what: str) -> None:
+    """Nodes other than 0: wait (``--timeout``) until ``what`` (the engine's process on
+    the master, e.g. "The MXNet scheduler") answers at ``--master``, or fail clearly."""
+    deadline = time.monotonic() + spec.timeout
+    reason = ""
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((spec.master_addr, spec.master_port), timeout=2):
+                return
+        except ConnectionRefusedError:
+            reason = "connection refused"
+        except TimeoutError:
+            reason = "no answer"
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+        time.sleep(0.5)
+    raise ClusterError(
+        f"{what} at {spec.master} could not be reached from node {spec.node_rank} within "
+        f"{spec.timeout:.0f} s (--timeout; last attempt: {reason}). Check that node rank 0 "
+        "runs and that its address and port are reachable from here."
+    )
