@@ -286,11 +286,30 @@ def check_program(entry: Entry, code: str, arrays: dict[str, np.ndarray], tmp: P
         )
 
 
+# entries whose examples write a dataset's files: Gluon's loader checks them against its
+# downloads' SHA-1 sums, which the examples' tiny files cannot match, so the test lifts it
+UNCHECKED_FILES = {
+    f"mxnet.gluon.data.vision.{name}" for name in ("MNIST", "FashionMNIST", "CIFAR10")
+}
+
+
+def _accept_any_dataset_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mxnet.gluon import utils
+    from mxnet.gluon.data.vision import datasets
+
+    monkeypatch.setattr(utils, "check_sha1", lambda *args: True)
+    monkeypatch.setattr(datasets, "check_sha1", lambda *args: True)
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.filterwarnings("ignore:Lazy modules are a new feature:UserWarning")
 @pytest.mark.parametrize("entry", CONVERTED, ids=lambda e: e.source)
-def test_gluon_mapping_computes_the_same_numbers(entry: Entry, tmp_path: Path) -> None:
+def test_gluon_mapping_computes_the_same_numbers(
+    entry: Entry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert entry.example, f"{entry.source} has no example: a mapping without a test"
+    if entry.source in UNCHECKED_FILES:
+        _accept_any_dataset_file(monkeypatch)
     loop = TRAIN_LOOP if entry.check == "optimizer" else ""
     code = converted_example(entry, entry.example + loop)
     arrays = entry_arrays(entry)
@@ -366,6 +385,7 @@ def test_known_but_unsupported_gluon_api_stays_marked(entry: Entry) -> None:
 
 def test_every_gluon_entry_has_an_example_and_a_check() -> None:
     assert len(CONVERTED) >= 80
+    assert {e.source for e in CONVERTED} >= UNCHECKED_FILES, "a key naming no entry"
     for entry in ENTRIES:
         assert entry.example, entry.source
         assert entry.check in CHECKS, entry.source

@@ -7,22 +7,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from polytrain.errors import BackendError, ConfigError, DataError
+from polytrain.backend.reduction import reduce_samples
+from polytrain.errors import ConfigError, DataError
 from polytrain.neutral.losses import LossSpec, class_positions
 
 from ._net import Array
-
-REDUCTIONS = ("mean", "sum", "none")
-
-
-def _reduce(per: Array, reduction: str, count: Array | int | None = None) -> Array:
-    if reduction == "none":
-        return per
-    if reduction == "sum":
-        return per.sum()
-    if reduction == "mean":
-        return per.sum() / (per.shape[0] if count is None else count)
-    raise BackendError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}.")
 
 
 def cross_entropy(
@@ -36,9 +25,9 @@ def cross_entropy(
     safe = labels if keep is None else jnp.where(keep, labels, 0)
     nll = -jnp.take_along_axis(logp, safe[:, None].astype(jnp.int32), axis=1)[:, 0]
     if keep is None:
-        return _reduce(nll, reduction)
+        return reduce_samples(nll, reduction)
     nll = jnp.where(keep, nll, jnp.zeros((), nll.dtype))
-    return _reduce(nll, reduction, keep.sum().astype(nll.dtype))
+    return reduce_samples(nll, reduction, keep.sum().astype(nll.dtype))
 
 
 def count_correct(logits: Array, labels: Array) -> Array:
@@ -86,4 +75,4 @@ def named_loss(spec: LossSpec, outputs: Array, targets: Array, reduction: str = 
     """``spec`` over a batch; plain cross-entropy of class rows is the verb itself."""
     if spec.plain and class_positions(tuple(outputs.shape), tuple(targets.shape)) == 1:
         return cross_entropy(outputs, targets, reduction)
-    return _reduce(loss_per_sample(spec, outputs, targets), reduction)
+    return reduce_samples(loss_per_sample(spec, outputs, targets), reduction)

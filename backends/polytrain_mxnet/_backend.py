@@ -28,6 +28,7 @@ from polytrain.backend.functional import FunctionalOps
 from polytrain.backend.mismatch import check_params
 from polytrain.backend.model import build_inputs
 from polytrain.backend.precision import PRECISIONS, PrecisionSupport
+from polytrain.backend.reduction import check_reduction
 from polytrain.distributed.cluster import ClusterInfo
 from polytrain.errors import BackendError, CheckpointError, ClusterError
 from polytrain.neutral.losses import LossSpec, class_positions
@@ -269,8 +270,7 @@ class MXNetBackend(Backend):
         reduction: str = "mean",
         ignore_index: int | None = None,
     ) -> Tensor:
-        if reduction not in ("mean", "sum", "none"):
-            raise BackendError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}.")
+        check_reduction(reduction)
         # float64: MXNet's float32 log_softmax is off by up to ~15 ulp, biased (torch: ~1 ulp)
         dtype = "float64" if logits.dtype == np.float64 else "float32"  # bf16 logits: fp32 loss
         plain = ignore_index is None and reduction != "none"

@@ -10,18 +10,8 @@ from typing import Any
 import mxnet as mx
 import numpy as np
 
-from polytrain.errors import BackendError
+from polytrain.backend.reduction import reduce_samples
 from polytrain.neutral.losses import LossSpec, class_positions
-
-
-def _reduce(per_sample: Any, reduction: str) -> Any:
-    if reduction == "none":
-        return per_sample
-    if reduction == "sum":
-        return per_sample.sum()
-    if reduction == "mean":
-        return per_sample.sum() / per_sample.shape[0]
-    raise BackendError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}.")
 
 
 def named_loss(outputs: Any, targets: Any, spec: LossSpec, reduction: str) -> Any:
@@ -43,7 +33,7 @@ def named_loss(outputs: Any, targets: Any, spec: LossSpec, reduction: str) -> An
         per = -(coef * logp).sum(axis=1)
         if positions > 1:
             per = per.reshape((n, positions)).mean(axis=1)
-        return _reduce(per, reduction).astype(dtype)
+        return reduce_samples(per, reduction).astype(dtype)
     z = outputs.astype(dtype).reshape((n, -1))
     t = targets.astype(dtype).reshape(z.shape)
     if spec.name == "mse":
@@ -52,4 +42,4 @@ def named_loss(outputs: Any, targets: Any, spec: LossSpec, reduction: str) -> An
         elements = mx.nd.abs(z - t)
     else:  # the stable form, as gluon's SigmoidBinaryCrossEntropyLoss(from_sigmoid=False)
         elements = mx.nd.relu(z) - z * t + mx.nd.Activation(-mx.nd.abs(z), act_type="softrelu")
-    return _reduce(elements.mean(axis=1), reduction)
+    return reduce_samples(elements.mean(axis=1), reduction)

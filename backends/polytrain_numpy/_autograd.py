@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from polytrain.errors import BackendError
+from polytrain.backend.reduction import check_reduction
 from polytrain.neutral import reference_attention
 from polytrain.neutral.models import MultiHeadSelfAttention
 
@@ -204,8 +204,7 @@ def cross_entropy(
     logits: Tensor, labels: Tensor, reduction: str, ignore_index: int | None
 ) -> Tensor:
     """Softmax cross-entropy: "none", "sum" or "mean" over the kept samples."""
-    if reduction not in ("mean", "sum", "none"):
-        raise BackendError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}.")
+    check_reduction(reduction)
     y = labels.data
     with np.errstate(all="ignore"):
         losses, keep, softmax = K.cross_entropy(logits.data, y, ignore_index)

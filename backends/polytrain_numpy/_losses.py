@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from polytrain.errors import BackendError
+from polytrain.backend.reduction import reduce_samples
 from polytrain.neutral.losses import LossSpec, loss_grad_reference, loss_per_sample
 
 from ._tensor import Grads, Tensor, record
@@ -13,14 +13,12 @@ from ._tensor import Grads, Tensor, record
 
 def named_loss(outputs: Tensor, targets: Tensor, spec: LossSpec, reduction: str) -> Tensor:
     """Per sample the mean over its output elements; then ``reduction`` over samples."""
-    if reduction not in ("mean", "sum", "none"):
-        raise BackendError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}.")
     z, t = outputs.data, np.asarray(targets.data)
     dtype = z.dtype
     with np.errstate(all="ignore"):
         per = loss_per_sample(spec, z, t)
     n = len(per)
-    out = per if reduction == "none" else np.asarray(per.sum() / (n if reduction == "mean" else 1))
+    out = np.asarray(reduce_samples(per, reduction))
 
     def vjp(g: np.ndarray) -> Grads:
         with np.errstate(all="ignore"):

@@ -8,22 +8,19 @@ import numpy as np
 import paddle
 
 from polytrain.backend.base import Backend, Model
-from polytrain.backend.capture import capture_outputs, inspected_layers, spec_paths
+from polytrain.backend.capture import ForwardHooks
 
 
 def _host(output: paddle.Tensor) -> np.ndarray:
     return output.detach().astype("float32").numpy().copy()
 
 
-def paths(model: Model) -> set[str] | None:
-    """The spec's reported paths (None: a model built without a spec)."""
-    return None if model.spec is None else spec_paths(model.spec)
+HOOKS = ForwardHooks(
+    children=lambda layer: layer.named_children(),
+    attach=lambda layer, hook: layer.register_forward_post_hook(hook).remove,
+    to_numpy=_host,
+)
 
 
 def layer_outputs(backend: Backend, model: Model, x: Any) -> list[tuple[str, np.ndarray]]:
-    return capture_outputs(
-        inspected_layers(model.replicas[0], lambda layer: layer.named_children(), paths(model)),
-        lambda layer, hook: layer.register_forward_post_hook(hook).remove,
-        _host,
-        lambda: backend.forward(model, x),
-    )
+    return HOOKS.layer_outputs(model, lambda: backend.forward(model, x))

@@ -10,18 +10,8 @@ from typing import Any
 import paddle
 import paddle.nn.functional as F
 
-from polytrain.errors import BackendError
+from polytrain.backend.reduction import reduce_samples
 from polytrain.neutral.losses import LossSpec, class_positions
-
-
-def _reduce(per_sample: Any, reduction: str) -> Any:
-    if reduction == "none":
-        return per_sample
-    if reduction == "sum":
-        return per_sample.sum()
-    if reduction == "mean":
-        return per_sample.sum() / per_sample.shape[0]
-    raise BackendError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}.")
 
 
 def named_loss(outputs: Any, targets: Any, spec: LossSpec, reduction: str) -> Any:
@@ -43,7 +33,7 @@ def named_loss(outputs: Any, targets: Any, spec: LossSpec, reduction: str) -> An
         per = -(coef * logp).sum(axis=1)
         if positions > 1:
             per = per.reshape([n, positions]).mean(axis=1)
-        return _reduce(per, reduction)
+        return reduce_samples(per, reduction)
     z = outputs.reshape([n, -1])
     t = targets.astype(z.dtype).reshape(z.shape)
     if spec.name == "mse":
@@ -52,4 +42,4 @@ def named_loss(outputs: Any, targets: Any, spec: LossSpec, reduction: str) -> An
         elements = F.l1_loss(z, t, reduction="none")
     else:
         elements = F.binary_cross_entropy_with_logits(z, t, reduction="none")
-    return _reduce(elements.mean(axis=1), reduction)
+    return reduce_samples(elements.mean(axis=1), reduction)

@@ -5,18 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from polytrain.errors import BackendError
+from polytrain.backend.reduction import reduce_samples
 from polytrain.neutral.losses import LossSpec, class_positions
-
-
-def _reduce(per_sample: torch.Tensor, reduction: str) -> torch.Tensor:
-    if reduction == "none":
-        return per_sample
-    if reduction == "sum":
-        return per_sample.sum()
-    if reduction == "mean":
-        return per_sample.sum() / per_sample.shape[0]
-    raise BackendError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}.")
 
 
 def named_loss(
@@ -41,7 +31,7 @@ def named_loss(
         )
         if positions > 1:
             per = per.reshape(n, positions).mean(dim=1)
-        return _reduce(per, reduction)
+        return reduce_samples(per, reduction)
     z = outputs.reshape(n, -1)
     t = targets.to(z.dtype).reshape(z.shape)
     if spec.name == "mse":
@@ -50,4 +40,4 @@ def named_loss(
         elements = F.l1_loss(z, t, reduction="none")
     else:
         elements = F.binary_cross_entropy_with_logits(z, t, reduction="none")
-    return _reduce(elements.mean(dim=1), reduction)
+    return reduce_samples(elements.mean(dim=1), reduction)

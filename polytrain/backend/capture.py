@@ -4,10 +4,12 @@ layers worth a look, and capturing what each one returns during one forward pass
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from polytrain.backend.model import Model
 from polytrain.neutral import models
 
 Layer = Any
@@ -98,3 +100,28 @@ def capture_outputs(
         for remove in removers:
             remove()
     return captured
+
+
+@dataclass(frozen=True)
+class ForwardHooks:
+    """What a framework lends :meth:`layer_outputs`: a layer's ``(name, child)`` pairs, how
+    a forward hook is attached (returning its remover), and an output's float32 host copy."""
+
+    children: Children
+    attach: Callable[[Layer, Hook], Callable[[], object]]
+    to_numpy: Callable[[Any], np.ndarray]
+
+    def layers(self, model: Model) -> list[tuple[str, Layer]]:
+        """The model's first replica's inspected layers (the spec's paths where it has one)."""
+        paths = None if model.spec is None else spec_paths(model.spec)
+        return inspected_layers(model.replicas[0], self.children, paths)
+
+    def layer_outputs(
+        self,
+        model: Model,
+        run: Callable[[], object],
+        layers: Iterable[tuple[str, Layer]] | None = None,
+    ) -> list[tuple[str, np.ndarray]]:
+        """Every inspected layer's output while ``run()`` does one forward pass."""
+        chosen = self.layers(model) if layers is None else layers
+        return capture_outputs(chosen, self.attach, self.to_numpy, run)

@@ -10,9 +10,42 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from polytrain.errors import ConfigError
-from polytrain.neutral.recurrent import GRU, LSTM, RecurrentLayer
+from polytrain.neutral.recurrent import GRU, LSTM  # the recurrent layers live there
 
-__all__ = ["GRU", "LSTM", "RecurrentLayer"]  # the recurrent layers live in neutral/recurrent
+__all__ = [  # the public layer set: polytrain.layers and polytrain.neutral.models serve it
+    "GELU",
+    "GRU",
+    "LAYER_TYPES",
+    "LSTM",
+    "Add",
+    "AvgPool2d",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "Conv1d",
+    "Conv2d",
+    "Dropout",
+    "Embedding",
+    "Flatten",
+    "GlobalAvgPool2d",
+    "Layer",
+    "LayerNorm",
+    "Linear",
+    "LogSoftmax",
+    "MaxPool2d",
+    "Mean",
+    "MultiHeadSelfAttention",
+    "PositionalEmbedding",
+    "ReLU",
+    "Reshape",
+    "Residual",
+    "Sequential",
+    "SiLU",
+    "Sigmoid",
+    "Softmax",
+    "Tanh",
+    "Transpose",
+    "seq",
+]
 
 
 @dataclass(frozen=True)
