@@ -14,12 +14,15 @@ import numpy as np
 
 from polytrain.backend.mismatch import compare_names
 from polytrain.backend.model_walker import (
+    BARE,
+    QKV,
     LayerTensor,
     ModelWalker,
     Setting,
     Trace,
     WalkedBlock,
     WalkedLayer,
+    packed,
 )
 from polytrain.errors import ConfigError
 
@@ -59,6 +62,50 @@ def _fused_activation(block: Any) -> Any:
     return act if isinstance(act, nn.Activation) else None
 
 
+def _qkv(name: str, block: Any, tensors: dict[str, LayerTensor]) -> WalkedLayer | None:
+    """A block holding a self-attention's query, key and value projections as its own
+    parameters (GluonNLP's ``DotProductSelfAttentionCell``: ``query_weight`` [U, U] ...,
+    joined by MXNet's ``interleaved_matmul_selfatt_*`` operators at run time, stored apart):
+    one layer of kind ``QKVProjection``; None for any other block."""
+    roles = ("query", "key", "value")
+    weights = {f"{r}_weight" for r in roles}
+    if set(tensors) not in (weights, weights | {f"{r}_bias" for r in roles}):
+        return None
+    if len({tensors[w].value.shape for w in weights}) != 1:
+        return None
+    found = {"in_proj_weight": packed(tuple(tensors[f"{r}_weight"] for r in roles))}
+    if "query_bias" in tensors:
+        found["in_proj_bias"] = packed(tuple(tensors[f"{r}_bias"] for r in roles))
+    return WalkedLayer(name, QKV, type(block).__name__, found)
+
+
+def _has_child_params(block: Any) -> bool:
+    return any(child._reg_params or _has_child_params(child) for child in block._children.values())
+
+
+def _walked(name: str, block: Any, natives: Mapping[int, str]) -> list[WalkedLayer]:
+    """The layers a block with its own parameters is walked as: one (its tensors named as
+    ``save_parameters`` names them), a ``QKVProjection``, or, for a block that has child
+    layers too, each own parameter as a bare one (``encoder.position_weight``)."""
+    kind = _kind(block)
+    tensors = {
+        ROLES.get(key, key): LayerTensor(
+            natives.get(id(p), f"{name}.{key}" if name else key), p.data().asnumpy()
+        )
+        for key, p in block._reg_params.items()
+    }
+    qkv = _qkv(name, block, tensors)
+    if qkv is not None:
+        return [qkv]
+    if kind == type(block).__name__ and _has_child_params(block):
+        return [
+            WalkedLayer(t.native, BARE, f"{type(block).__name__}.{key}", {"weight": t})
+            for key, t in tensors.items()
+        ]
+    groups = int(block._kwargs.get("num_group", 1)) if kind.startswith("Conv") else 1
+    return [WalkedLayer(name, kind, type(block).__name__, tensors, groups)]
+
+
 def _first_array(value: Any) -> Any:
     while isinstance(value, tuple | list) and value:
         value = value[0]
@@ -75,19 +122,12 @@ class GluonWalker(ModelWalker):
         return mxnet is not None and isinstance(model, mxnet.gluon.Block)
 
     def layers(self, model: Any) -> list[WalkedLayer]:
+        """Each block with its own parameters, by :func:`_walked`."""
+        natives = {id(p): key for key, p in model._collect_params_with_prefix().items()}
         found = []
         for name, block in _blocks(model):
-            if not block._reg_params:
-                continue
-            kind = _kind(block)
-            tensors = {
-                ROLES.get(key, key): LayerTensor(
-                    f"{name}.{key}" if name else key, p.data().asnumpy()
-                )
-                for key, p in block._reg_params.items()
-            }
-            groups = int(block._kwargs.get("num_group", 1)) if kind.startswith("Conv") else 1
-            found.append(WalkedLayer(name, kind, type(block).__name__, tensors, groups))
+            if block._reg_params:
+                found.extend(_walked(name, block, natives))
         return found
 
     def blocks(self, model: Any) -> list[WalkedBlock]:

@@ -106,16 +106,16 @@ class TorchWalker(ModelWalker):
         import torch
 
         outputs: dict[str, np.ndarray] = {}
-        modules = dict(model.named_modules())
         handles = []
-        for layer in self.layers(model):
+        for module_name, module in model.named_modules():  # every module: a group of
 
-            def hook(_m: Any, _i: Any, out: Any, name: str = layer.name) -> None:
-                value = _first_tensor(out)
+            def hook(_m: Any, _i: Any, out: Any, name: str = module_name) -> None:
+                value = _first_tensor(out)  # layers is compared at its parent's output
                 if name not in outputs and isinstance(value, torch.Tensor):
                     outputs[name] = value.detach().cpu().numpy().copy()
 
-            handles.append(modules[layer.name].register_forward_hook(hook))
+            if module_name:
+                handles.append(module.register_forward_hook(hook))
         model.eval()
         fast = torch.backends.mha.get_fastpath_enabled()
         torch.backends.mha.set_fastpath_enabled(False)  # the fused kernel skips the hooks

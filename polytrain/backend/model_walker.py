@@ -32,6 +32,14 @@ import numpy as np
 
 KINDS = ("Linear", "Conv1d", "Conv2d", "Conv3d", "BatchNorm", "Embedding", "LayerNorm")
 ATTENTION = "MultiheadAttention"  # the kind of an attention layer (PyTorch's roles)
+QKV = "QKVProjection"
+"""the query, key and value projections of a self-attention without its output projection
+(GluonNLP's ``DotProductSelfAttentionCell``): ``in_proj_weight``/``in_proj_bias`` packed as
+in :data:`ATTENTION`, traced at the attention's output (the heads joined, not projected)"""
+BARE = "Parameter"
+"""a bare parameter of a block that has child layers too (GluonNLP's ``position_weight``,
+an embedding table the encoder looks up itself): role ``weight``, paired by a hint and not
+traced (no layer of its own runs it); the layers after it check it"""
 PACKED = {  # role of a packed attention tensor -> its parts' roles in a Linear (q, k, v)
     "in_proj_weight": "weight",
     "in_proj_bias": "bias",

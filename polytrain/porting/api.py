@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from polytrain.backend.model_walker import ModelWalker
+from polytrain.backend.model_walker import BARE, ModelWalker
 from polytrain.backend.native_format import PathLike
 from polytrain.errors import CheckpointError, ConfigError
 from polytrain.io import native as native_io
@@ -204,12 +204,7 @@ def port(
     pairs, left_out = match_layers(
         src_walker.layers(src_model), tgt_walker.layers(tgt_model), hints
     )
-    moved = [f"{p.source.name}={p.target.name}" for p in pairs if p.reordered]
-    if moved:
-        notes.append(
-            f"paired out of registration order (the outputs compared check it): "
-            f"{', '.join(moved[:4])}{' ...' if len(moved) > 4 else ''}"
-        )
+    notes += _pairing_notes(pairs)
     state, kept = ported_state(pairs, tgt_walker.state(tgt_model))
     tgt_walker.load_state(tgt_model, state)
     tgt_trace = tgt_walker.trace(tgt_model, batch)
@@ -231,6 +226,21 @@ def port(
     if out is not None and result.passed:
         native_io.write_native(out, tgt_walker.framework, state)
     return result
+
+
+def _pairing_notes(pairs: Sequence[Pair]) -> list[str]:
+    """Notes on pairs made out of registration order and on bare parameters (not traced)."""
+    found = []
+    moved = [f"{p.source.name}={p.target.name}" for p in pairs if p.reordered]
+    bare = [p.source.name for p in pairs if BARE in (p.source.kind, p.target.kind)]
+    for names, what in (
+        (moved, "paired out of registration order (the outputs compared check it)"),
+        (bare, "bare parameters, which no layer of their own runs, are not traced (the "
+         "layers after them check them)"),
+    ):  # fmt: skip
+        if names:
+            found.append(f"{what}: {', '.join(names[:4])}{' ...' if len(names) > 4 else ''}")
+    return found
 
 
 def _write_json(path: PathLike, data: Any) -> None:

@@ -4,11 +4,17 @@ checked by kind, tensors and canonical shapes; builds the target's state and the
 An attention layer (PyTorch's roles, ``in_proj_weight`` packed) meeting a Linear on the
 other side in order is paired with the four Linears from there (query, key, value, whose
 names share a parent, then the output projection): a custom attention built of Linears
-ports to ``nn.MultiheadAttention`` and back; its output is compared at the fourth."""
+ports to ``nn.MultiheadAttention`` and back; its output is compared at the fourth. A
+``QKVProjection`` (GluonNLP's attention cell) pairs likewise with three Linears sharing a
+parent (Hugging Face's ``attention.self``), compared at that parent's output.
+
+A hint whose source starts ``re:`` is a regular expression over the source layers' names,
+its target the replacement (``\\1``): one hint for every layer of a stack."""
 
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,9 +23,11 @@ import numpy as np
 
 from polytrain.backend.model_walker import (
     ATTENTION,
+    QKV,
     LayerTensor,
     WalkedLayer,
     attention_tensors,
+    packed,
     unpack,
 )
 from polytrain.errors import ConfigError
@@ -65,7 +73,7 @@ def match_layers(
 ) -> tuple[list[Pair], list[str]]:
     """(pairs in target order, source layers left out by a hint). A ConfigError names the
     first pair that cannot match, or the layers left over, and how to resolve it."""
-    hints = dict(hints or {})
+    hints = expand_hints(hints or {}, [layer.name for layer in source])
     by_source = {layer.name: layer for layer in source}
     by_target = {layer.name: layer for layer in target}
     for s, t in hints.items():
@@ -90,7 +98,7 @@ def match_layers(
         s_layer, t_layer = rest_s[i], rest_t[j]
         why = mismatch(s_layer, t_layer, check_kind=True)
         step_s = step_t = 1
-        if why and {s_layer.kind, t_layer.kind} == {ATTENTION, "Linear"}:
+        if why and {s_layer.kind, t_layer.kind} in ({ATTENTION, "Linear"}, {QKV, "Linear"}):
             grouped = _grouped(rest_s, i, t_layer, rest_t, j)
             if grouped is not None:
                 s_layer, t_layer, step_s, step_t = grouped
@@ -117,6 +125,28 @@ def match_layers(
     return [pairs[layer.name] for layer in target if layer.name in pairs], left_out
 
 
+def expand_hints(hints: Mapping[str, str | None], names: Sequence[str]) -> dict[str, str | None]:
+    """The hints with each ``re:PATTERN`` source expanded over the source layers it matches
+    (whole names), its target the pattern's replacement; a ConfigError when none matches."""
+    found: dict[str, str | None] = {}
+    for s, t in hints.items():
+        if not s.startswith("re:"):
+            found[s] = t
+            continue
+        try:
+            pattern = re.compile(s[3:])
+            matches = [m for n in names if (m := pattern.fullmatch(n))]
+            matched = {m.string: m.expand(t) if t else None for m in matches}
+        except (re.error, IndexError) as exc:
+            raise ConfigError(
+                f"The hint {s}={t} is no regular expression and replacement: {exc}."
+            ) from None
+        if not matched:
+            raise ConfigError(f"The hint {s}={t} matches no source layer with tensors.")
+        found |= matched
+    return found
+
+
 LOOKAHEAD = 3  # how far out of registration order a layer may pair
 
 
@@ -141,16 +171,42 @@ def _grouped(
     target: Sequence[WalkedLayer], j: int,
 ) -> tuple[WalkedLayer, WalkedLayer, int, int] | None:  # fmt: skip
     """(source, target, layers used on each side) where four Linears on one side, from
-    ``i`` or ``j``, form the attention layer the other side has there; else None."""
-    if t_layer.kind == ATTENTION:
-        group = attention_group(source[i : i + 4])
+    ``i`` or ``j``, form the attention layer the other side has there (three: the
+    ``QKVProjection``); else None."""
+    if t_layer.kind in (ATTENTION, QKV):
+        size = 4 if t_layer.kind == ATTENTION else 3
+        group = _group(source[i : i + size])
         if group is not None and mismatch(group, t_layer, check_kind=True) is None:
-            return group, t_layer, 4, 1
+            return group, t_layer, size, 1
         return None
-    group = attention_group(target[j : j + 4])
+    size = 4 if source[i].kind == ATTENTION else 3
+    group = _group(target[j : j + size])
     if group is not None and mismatch(source[i], group, check_kind=True) is None:
-        return source[i], group, 1, 4
+        return source[i], group, 1, size
     return None
+
+
+def _group(layers: Sequence[WalkedLayer]) -> WalkedLayer | None:
+    return attention_group(layers) if len(layers) == 4 else qkv_group(layers)
+
+
+def qkv_group(layers: Sequence[WalkedLayer]) -> WalkedLayer | None:
+    """Three Linears sharing a parent (query, key, value: [E, E] each, the same roles) as
+    one ``QKVProjection`` named and traced by that parent; None otherwise."""
+    if len(layers) != 3 or any(layer.kind != "Linear" for layer in layers):
+        return None
+    parents = {layer.name.rpartition(".")[0] for layer in layers}
+    q, k, v = (layer.tensors for layer in layers)
+    e = q["weight"].canonical.shape[0]
+    if len(parents) != 1 or any(t["weight"].canonical.shape != (e, e) for t in (q, k, v)):
+        return None
+    if len({frozenset(t) for t in (q, k, v)}) != 1 or set(q) - {"weight", "bias"}:
+        return None
+    found = {"in_proj_weight": packed((q["weight"], k["weight"], v["weight"]))}
+    if "bias" in q:
+        found["in_proj_bias"] = packed((q["bias"], k["bias"], v["bias"]))
+    names = "/".join(layer.name.rpartition(".")[2] for layer in layers)
+    return WalkedLayer(parents.pop(), QKV, f"Linear x3: {names}", found)
 
 
 def attention_group(layers: Sequence[WalkedLayer]) -> WalkedLayer | None:

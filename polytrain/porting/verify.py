@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from polytrain.backend.model_walker import Trace
+from polytrain.backend.model_walker import BARE, Trace
 from polytrain.porting.match import Pair
 
 OUTPUT = "(output)"
@@ -85,6 +85,11 @@ def _row(layer: str, source: str, s: np.ndarray | None, t: np.ndarray | None, to
             layer, source, [] if t is None else list(t.shape), [] if s is None else list(s.shape),
             None, None, ok=False, problem=f"the {missing} layer did not run",
         )  # fmt: skip
+    time_major = list(s.shape)
+    if s.shape != t.shape and s.ndim >= 3 and s.swapaxes(0, 1).shape == t.shape:
+        s = s.swapaxes(0, 1)  # time-major ([T, N, C], GluonNLP's encoder) against [N, T, C]
+    else:
+        time_major = []
     if s.shape != t.shape and s.ndim == t.ndim and _broadcasts(s.shape, t.shape):
         s, t = np.broadcast_arrays(s, t)  # one computed once for the batch (a position
         # embedding of [1, T]), the other per sample: the same values where they exist
@@ -98,7 +103,7 @@ def _row(layer: str, source: str, s: np.ndarray | None, t: np.ndarray | None, to
     scale = float(np.max(np.abs(s64))) if s.size else 0.0
     relative = diff / scale if scale > 0 else diff
     ok = bool(np.isfinite(relative)) and relative <= tol
-    return Row(layer, source, list(t.shape), list(s.shape), diff, relative, ok)
+    return Row(layer, source, list(t.shape), time_major or list(s.shape), diff, relative, ok)
 
 
 def _broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
@@ -109,14 +114,15 @@ def _broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
 def compare_traces(
     pairs: Sequence[Pair], source: Trace, target: Trace, tolerance: float
 ) -> Verification:
-    """Rows in the order the target ran its layers (layers neither model ran are skipped),
-    then the models' outputs."""
+    """Rows in the order the target ran its layers (layers neither model ran are skipped,
+    and bare parameters, which no layer of their own runs), then the models' outputs."""
     result = Verification(tolerance)
-    by_target = {pair.target.traced: pair for pair in pairs}
+    traced = [p for p in pairs if BARE not in (p.source.kind, p.target.kind)]
+    by_target = {pair.target.traced: pair for pair in traced}
     ran = [name for name in target.layers if name in by_target]
     ran += [
         p.target.traced
-        for p in pairs
+        for p in traced
         if p.target.traced not in target.layers and p.source.traced in source.layers
     ]
     for name in ran:

@@ -1,0 +1,237 @@
+"""PaddleClas and gluon-cv classification models into their ``timm`` twins (issue 37,
+item 2), verified per layer and on the logits.
+
+Neither zoo installs beside Paddle 3.3.1 / MXNet 1.9.1 / torch 2.13 here: gluon-cv refuses
+to import beside torch >= 2 (its ``check.py``), PaddleClas pulls its whole training stack
+through ``ppcls.utils``. ``timm`` (1.0.31, and back to 0.9) imports ``torchvision`` in
+``timm.layers``, and the registry's torchvision is a CUDA build whose C operators fail
+beside the CPU torch (``operator torchvision::nms does not exist``). So the sources are
+rebuilt from their definitions (PaddleClas ``ppcls/arch/backbone/legendary_models/
+resnet.py``, gluon-cv ``gluoncv/model_zoo/resnetv1b.py``) and the targets from timm's
+``timm/models/resnet.py`` (``resnet18``; ``resnet18d``: deep stem, ``avg_down``): the
+same layers, names, registration order and options. Where ``timm`` imports, the real
+``timm.create_model`` is the target instead."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+paddle = pytest.importorskip("paddle")
+mx = pytest.importorskip("mxnet")
+torch = pytest.importorskip("torch")
+from mxnet.gluon import nn as gnn  # noqa: E402
+from port_helpers import check_port, gluon_randomize_bn, paddle_randomize_bn  # noqa: E402
+
+from polytrain import port  # noqa: E402
+from polytrain.errors import ConfigError  # noqa: E402
+
+pnn, tnn = paddle.nn, torch.nn
+CLASSES, SHAPE = 10, (2, 3, 64, 64)
+WIDTHS = (64, 128, 256, 512)
+
+
+def timm_or_twin(name: str) -> Any:
+    """``timm.create_model(name)`` where timm imports, else the twin below."""
+    try:
+        import timm
+    except Exception:  # ImportError, or torchvision's RuntimeError beside a CPU torch
+        return TimmResNet(deep=name.endswith("d")).eval()
+    return timm.create_model(name, num_classes=CLASSES).eval()
+
+
+class TimmBasicBlock(tnn.Module):  # type: ignore[misc]
+    def __init__(self, cin: int, cout: int, stride: int, avg_down: bool) -> None:
+        super().__init__()
+        self.conv1 = tnn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1, self.act1 = tnn.BatchNorm2d(cout), tnn.ReLU()
+        self.conv2 = tnn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2, self.act2 = tnn.BatchNorm2d(cout), tnn.ReLU()
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            pool = tnn.AvgPool2d(2, stride, ceil_mode=True, count_include_pad=False)
+            conv = tnn.Conv2d(cin, cout, 1, 1 if avg_down else stride, bias=False)
+            parts = [pool, conv] if avg_down else [conv]
+            self.downsample = tnn.Sequential(*parts, tnn.BatchNorm2d(cout))
+
+    def forward(self, x: Any) -> Any:
+        out = self.bn2(self.conv2(self.act1(self.bn1(self.conv1(x)))))
+        return self.act2(out + (x if self.downsample is None else self.downsample(x)))
+
+
+class TimmResNet(tnn.Module):  # type: ignore[misc]
+    """timm's ``ResNet`` with ``BasicBlock`` x 2 per stage: ``resnet18``, or with
+    ``stem_type="deep"``, ``stem_width=32``, ``avg_down=True`` ``resnet18d``."""
+
+    def __init__(self, deep: bool) -> None:
+        super().__init__()
+        if deep:
+            self.conv1 = tnn.Sequential(
+                tnn.Conv2d(3, 32, 3, 2, 1, bias=False), tnn.BatchNorm2d(32), tnn.ReLU(),
+                tnn.Conv2d(32, 32, 3, 1, 1, bias=False), tnn.BatchNorm2d(32), tnn.ReLU(),
+                tnn.Conv2d(32, 64, 3, 1, 1, bias=False),
+            )  # fmt: skip
+        else:
+            self.conv1 = tnn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1, self.act1 = tnn.BatchNorm2d(64), tnn.ReLU()
+        self.maxpool = tnn.MaxPool2d(3, 2, 1)
+        cin = 64
+        for i, width in enumerate(WIDTHS):
+            stride = 1 if i == 0 else 2
+            blocks = [
+                TimmBasicBlock(cin, width, stride, deep),
+                TimmBasicBlock(width, width, 1, deep),
+            ]
+            setattr(self, f"layer{i + 1}", tnn.Sequential(*blocks))
+            cin = width
+        self.fc = tnn.Linear(512, CLASSES)
+
+    def forward(self, x: Any) -> Any:
+        x = self.maxpool(self.act1(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(x.mean((2, 3)))
+
+
+class ConvBNLayer(pnn.Layer):  # type: ignore[misc]
+    """PaddleClas' ``ConvBNLayer``: an ``AvgPool2D`` first in ``is_vd_mode``, a fluid-style
+    ``BatchNorm``."""
+
+    def __init__(self, cin: int, cout: int, k: int, stride: int = 1, vd: bool = False,
+                 act: str | None = None) -> None:  # fmt: skip
+        super().__init__()
+        self.is_vd_mode, self.act = vd, act
+        self.avg_pool = pnn.AvgPool2D(2, stride, padding="SAME", ceil_mode=True)
+        self.conv = pnn.Conv2D(cin, cout, k, 1 if vd else stride, (k - 1) // 2, bias_attr=False)
+        self.bn = pnn.BatchNorm(cout)
+        self.relu = pnn.ReLU()
+
+    def forward(self, x: Any) -> Any:
+        x = self.bn(self.conv(self.avg_pool(x) if self.is_vd_mode else x))
+        return self.relu(x) if self.act else x
+
+
+class PaddleClasBasicBlock(pnn.Layer):  # type: ignore[misc]
+    def __init__(self, cin: int, cout: int, stride: int, shortcut: bool, if_first: bool) -> None:
+        super().__init__()
+        self.conv0 = ConvBNLayer(cin, cout, 3, stride, act="relu")
+        self.conv1 = ConvBNLayer(cout, cout, 3)
+        if not shortcut:
+            self.short = ConvBNLayer(cin, cout, 1, stride, vd=not if_first)
+        self.shortcut = shortcut
+        self.relu = pnn.ReLU()
+
+    def forward(self, x: Any) -> Any:
+        short = x if self.shortcut else self.short(x)
+        return self.relu(self.conv1(self.conv0(x)) + short)
+
+
+class PaddleClasResNetVd(pnn.Layer):  # type: ignore[misc]
+    """PaddleClas ``ResNet18_vd(class_num=10, use_first_short_conv=...)``."""
+
+    def __init__(self, use_first_short_conv: bool = True) -> None:
+        super().__init__()
+        stem = [(3, 32, 2), (32, 32, 1), (32, 64, 1)]
+        self.stem = pnn.Sequential(*[ConvBNLayer(i, o, 3, s, act="relu") for i, o, s in stem])
+        self.max_pool = pnn.MaxPool2D(3, 2, 1)
+        blocks, cin = [], 64
+        for stage, width in enumerate(WIDTHS):
+            shortcut = not use_first_short_conv and stage == 0
+            for i in range(2):
+                stride = 2 if i == 0 and stage != 0 else 1
+                first = stage == i == 0
+                blocks.append(PaddleClasBasicBlock(cin, width, stride, shortcut, first))
+                shortcut, cin = True, width
+        self.blocks = pnn.Sequential(*blocks)
+        self.avg_pool = pnn.AdaptiveAvgPool2D(1)
+        self.flatten = pnn.Flatten()
+        self.fc = pnn.Linear(512, CLASSES)
+
+    def forward(self, x: Any) -> Any:
+        x = self.avg_pool(self.blocks(self.max_pool(self.stem(x))))
+        return self.fc(self.flatten(x))
+
+
+class BasicBlockV1b(gnn.HybridBlock):  # type: ignore[misc]
+    def __init__(self, planes: int, strides: int, downsample: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.conv1 = gnn.Conv2D(planes, 3, strides, 1, use_bias=False)
+        self.bn1, self.relu1 = gnn.BatchNorm(), gnn.Activation("relu")
+        self.conv2 = gnn.Conv2D(planes, 3, 1, 1, use_bias=False)
+        self.bn2, self.relu2 = gnn.BatchNorm(), gnn.Activation("relu")
+        self.downsample = downsample
+
+    def hybrid_forward(self, F: Any, x: Any) -> Any:
+        out = self.bn2(self.conv2(self.relu1(self.bn1(self.conv1(x)))))
+        return self.relu2(out + (x if self.downsample is None else self.downsample(x)))
+
+
+class ResNetV1b(gnn.HybridBlock):  # type: ignore[misc]
+    """gluon-cv ``resnet18_v1b(classes=10)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        with self.name_scope():
+            self.conv1 = gnn.Conv2D(64, 7, 2, 3, use_bias=False)
+            self.bn1, self.relu = gnn.BatchNorm(), gnn.Activation("relu")
+            self.maxpool = gnn.MaxPool2D(3, 2, 1)
+            inplanes = 64
+            for stage, planes in enumerate(WIDTHS, start=1):
+                strides = 1 if stage == 1 else 2
+                layer = gnn.HybridSequential(prefix=f"layers{stage}_")
+                with layer.name_scope():
+                    down = None
+                    if strides != 1 or inplanes != planes:
+                        down = gnn.HybridSequential(prefix=f"down{stage}_")
+                        down.add(gnn.Conv2D(planes, 1, strides, use_bias=False), gnn.BatchNorm())
+                    layer.add(BasicBlockV1b(planes, strides, down), BasicBlockV1b(planes, 1, None))
+                setattr(self, f"layer{stage}", layer)
+                inplanes = planes
+            self.avgpool, self.flat = gnn.GlobalAvgPool2D(), gnn.Flatten()
+            self.fc = gnn.Dense(CLASSES, in_units=512)
+
+    def hybrid_forward(self, F: Any, x: Any) -> Any:
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(self.flat(self.avgpool(x)))
+
+
+def paddleclas_resnet18_vd(use_first_short_conv: bool = True) -> Any:
+    paddle.seed(3)
+    return paddle_randomize_bn(PaddleClasResNetVd(use_first_short_conv))
+
+
+def gluoncv_resnet18_v1b() -> Any:
+    mx.random.seed(3)
+    model = ResNetV1b()
+    model.initialize(mx.init.Xavier())
+    model(mx.nd.zeros(SHAPE))  # the inferred input widths
+    return gluon_randomize_bn(model)
+
+
+def test_paddleclas_resnet18_vd_ports_into_timm_resnet18d() -> None:
+    """With ``use_first_short_conv=False`` (PaddleClas' option for the official layout)."""
+    result = port(paddleclas_resnet18_vd(False), timm_or_twin("resnet18d"), input_shape=SHAPE)
+    check_port(result, "paddleclas ResNet18_vd -> timm resnet18d")
+    worst = max(row.relative for row in result.verification.rows[:-1])
+    print(f"ZOO paddleclas ResNet18_vd: layers {len(result.pairs)}, worst {worst:.2g}, "
+          f"logits {result.verification.rows[-1].relative:.2g}")  # fmt: skip
+
+
+def test_paddleclas_resnet18_vd_default_has_a_shortcut_conv_timm_has_not() -> None:
+    """PaddleClas' default ``use_first_short_conv=True`` gives the first block a 1x1
+    shortcut conv (64 -> 64) that timm's ``resnet18d`` has not: no pairing exists."""
+    with pytest.raises(
+        ConfigError, match=r"blocks\.0\.short\.conv.*layer1\.1\.conv1.*\[64, 64, 1, 1\]"
+    ):
+        port(paddleclas_resnet18_vd(), timm_or_twin("resnet18d"), input_shape=SHAPE)
+
+
+def test_gluoncv_resnet18_v1b_ports_into_timm_resnet18() -> None:
+    result = port(gluoncv_resnet18_v1b(), timm_or_twin("resnet18"), input_shape=SHAPE)
+    check_port(result, "gluon-cv resnet18_v1b -> timm resnet18")
+    worst = max(row.relative for row in result.verification.rows[:-1])
+    print(f"ZOO gluon-cv resnet18_v1b: layers {len(result.pairs)}, worst {worst:.2g}, "
+          f"logits {result.verification.rows[-1].relative:.2g}")  # fmt: skip
+    assert np.isfinite(worst)
