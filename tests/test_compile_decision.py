@@ -87,6 +87,14 @@ def test_parity_and_several_processes_stay_eager_however_long(plan: RunPlan, why
     assert not fast and reason.startswith(why)
 
 
+def test_several_processes_compile_where_eager_compiles_each_op_too() -> None:
+    """jax: op by op compiles every op on first use, so each process compiles either way."""
+    jax_like = CompileProfile("jax.jit", speedup=1.4, cold_s=2.0, warm_s=2.0,
+                              eager_sample_s=0.0026, eager_compiles=True)  # fmt: skip
+    fast, reason = decide(RunPlan(10_000, 128, processes=2), profile=jax_like)
+    assert fast and "planned steps" in reason
+
+
 def test_explicit_fast_and_no_fast_win_over_the_automatic_choice() -> None:
     fp64_long = RunPlan(10_000, 256, precision="fp64")
     assert decide(fp64_long, requested=True) == (True, "--fast")

@@ -55,7 +55,12 @@ JOIN_TIMEOUT = 120.0  # seconds, for a launched job's processes to meet
 #: rounds of 8 steps after 2 untimed; figures ~8x slower than on a quiet machine, alike for
 #: both modes): jit 400-506 ms per step against 644-687 op by op; the first step and one
 #: evaluation batch compile in 2.0-2.1 s; jax keeps no persistent cache here (warm = cold)
-PROFILE = CompileProfile(tool="jax.jit", speedup=1.4, cold_s=2.0, warm_s=2.0, eager_sample_s=0.0026)
+#: op by op, jax compiles each op on first use: a 2-process LeNet's first eager step took
+#: ~50 s under load 14, the jitted one ~18 s
+PROFILE = CompileProfile(
+    tool="jax.jit", speedup=1.4, cold_s=2.0, warm_s=2.0, eager_sample_s=0.0026,
+    eager_compiles=True,
+)  # fmt: skip
 
 
 class JaxBackend(Backend):

@@ -30,6 +30,9 @@ class CompileProfile:
     cold_s: float  # one-off compile seconds with an empty cache (train and eval graphs)
     warm_s: float  # the same with the persistent cache warm
     eager_sample_s: float  # eager seconds per sample, for the eager step time
+    #: eager execution compiles each op on its first use too (jax): then several
+    #: processes, each compiling, are no reason to stay eager
+    eager_compiles: bool = False
 
 
 class IdentityVerbs(ABC):

@@ -85,7 +85,7 @@ def decide_compile(
         )
     if plan.precision == "fp64":
         return CompileChoice(False, "--precision fp64 keeps the frameworks' own kernels")
-    if plan.processes > 1:
+    if plan.processes > 1 and not profile.eager_compiles:
         return CompileChoice(False, f"{plan.processes} processes; --fast compiles in each")
     if plan.inspect:
         return CompileChoice(False, "--inspect compares eager layer outputs")
