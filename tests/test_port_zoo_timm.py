@@ -7,9 +7,11 @@ through ``ppcls.utils``. ``timm`` (1.0.31, and back to 0.9) imports ``torchvisio
 ``timm.layers``, and the registry's torchvision is a CUDA build whose C operators fail
 beside the CPU torch (``operator torchvision::nms does not exist``). So the sources are
 rebuilt from their definitions (PaddleClas ``ppcls/arch/backbone/legendary_models/
-resnet.py``, gluon-cv ``gluoncv/model_zoo/resnetv1b.py``) and the targets from timm's
-``timm/models/resnet.py`` (``resnet18``; ``resnet18d``: deep stem, ``avg_down``): the
-same layers, names, registration order and options. Where ``timm`` imports, the real
+resnet.py`` and ``model_zoo/vision_transformer.py``, gluon-cv ``gluoncv/model_zoo/
+resnetv1b.py``) and the targets from timm's ``timm/models/resnet.py`` (``resnet18``;
+``resnet18d``: deep stem, ``avg_down``) and ``vision_transformer.py``
+(``deit_tiny_patch16_224``, at a small size): the same layers, names, registration order
+and options. Where ``timm`` imports, the real
 ``timm.create_model`` is the target instead."""
 
 from __future__ import annotations
