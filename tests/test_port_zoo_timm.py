@@ -7,9 +7,11 @@ through ``ppcls.utils``. ``timm`` (1.0.31, and back to 0.9) imports ``torchvisio
 ``timm.layers``, and the registry's torchvision is a CUDA build whose C operators fail
 beside the CPU torch (``operator torchvision::nms does not exist``). So the sources are
 rebuilt from their definitions (PaddleClas ``ppcls/arch/backbone/legendary_models/
-resnet.py``, gluon-cv ``gluoncv/model_zoo/resnetv1b.py``) and the targets from timm's
-``timm/models/resnet.py`` (``resnet18``; ``resnet18d``: deep stem, ``avg_down``): the
-same layers, names, registration order and options. Where ``timm`` imports, the real
+resnet.py`` and ``model_zoo/vision_transformer.py``, gluon-cv ``gluoncv/model_zoo/
+resnetv1b.py``) and the targets from timm's ``timm/models/resnet.py`` (``resnet18``;
+``resnet18d``: deep stem, ``avg_down``) and ``vision_transformer.py``
+(``deit_tiny_patch16_224``, at a small size): the same layers, names, registration order
+and options. Where ``timm`` imports, the real
 ``timm.create_model`` is the target instead."""
 
 from __future__ import annotations
@@ -235,3 +237,189 @@ def test_gluoncv_resnet18_v1b_ports_into_timm_resnet18() -> None:
     print(f"ZOO gluon-cv resnet18_v1b: layers {len(result.pairs)}, worst {worst:.2g}, "
           f"logits {result.verification.rows[-1].relative:.2g}")  # fmt: skip
     assert np.isfinite(worst)
+
+
+VIT = {"img_size": 32, "patch_size": 8, "embed_dim": 32, "depth": 2, "num_heads": 2}
+VIT_SHAPE = (2, 3, 32, 32)
+
+
+def vit_or_twin(**options: Any) -> Any:
+    """timm's ``deit_tiny_patch16_224`` (``VisionTransformer``) at the small ``VIT`` size."""
+    try:
+        import timm
+    except Exception:  # as in timm_or_twin
+        return TimmVisionTransformer().eval()
+    kwargs = VIT | {"num_classes": CLASSES} | options
+    return timm.create_model("deit_tiny_patch16_224", **kwargs).eval()
+
+
+class TimmAttention(tnn.Module):  # type: ignore[misc]
+    """timm's ``Attention``: one packed ``qkv`` Linear, scale head_dim ** -0.5 (fixed)."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.num_heads, self.scale = heads, (dim // heads) ** -0.5
+        self.qkv = tnn.Linear(dim, dim * 3, bias=True)
+        self.q_norm, self.k_norm = tnn.Identity(), tnn.Identity()
+        self.attn_drop, self.norm = tnn.Dropout(0.0), tnn.Identity()
+        self.proj, self.proj_drop = tnn.Linear(dim, dim), tnn.Dropout(0.0)
+
+    def forward(self, x: Any) -> Any:
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.num_heads, c // self.num_heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        attn = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+
+
+class TimmMlp(tnn.Module):  # type: ignore[misc]
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.fc1, self.act, self.fc2 = tnn.Linear(dim, hidden), tnn.GELU(), tnn.Linear(hidden, dim)
+
+    def forward(self, x: Any) -> Any:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class TimmBlock(tnn.Module):  # type: ignore[misc]
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.norm1 = tnn.LayerNorm(dim, eps=1e-6)
+        self.attn, self.ls1 = TimmAttention(dim, heads), tnn.Identity()
+        self.norm2 = tnn.LayerNorm(dim, eps=1e-6)
+        self.mlp, self.ls2 = TimmMlp(dim, 4 * dim), tnn.Identity()
+
+    def forward(self, x: Any) -> Any:
+        x = x + self.ls1(self.attn(self.norm1(x)))
+        return x + self.ls2(self.mlp(self.norm2(x)))
+
+
+class TimmPatchEmbed(tnn.Module):  # type: ignore[misc]
+    def __init__(self, patch: int, dim: int) -> None:
+        super().__init__()
+        self.proj, self.norm = tnn.Conv2d(3, dim, patch, patch), tnn.Identity()
+
+    def forward(self, x: Any) -> Any:
+        return self.norm(self.proj(x).flatten(2).transpose(1, 2))
+
+
+class TimmVisionTransformer(tnn.Module):  # type: ignore[misc]
+    """timm's ``VisionTransformer`` as ``deit_tiny_patch16_224`` builds it (class token,
+    ``qkv_bias``, LayerNorm eps 1e-6, exact GELU, token pooling), at the ``VIT`` size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        dim, patches = VIT["embed_dim"], (VIT["img_size"] // VIT["patch_size"]) ** 2
+        self.patch_embed = TimmPatchEmbed(VIT["patch_size"], dim)
+        self.cls_token = tnn.Parameter(torch.zeros(1, 1, dim))
+        self.pos_embed = tnn.Parameter(torch.randn(1, patches + 1, dim) * 0.02)
+        blocks = [TimmBlock(dim, VIT["num_heads"]) for _ in range(VIT["depth"])]
+        self.blocks = tnn.Sequential(*blocks)
+        self.norm, self.fc_norm = tnn.LayerNorm(dim, eps=1e-6), tnn.Identity()
+        self.head = tnn.Linear(dim, CLASSES)
+
+    def forward(self, x: Any) -> Any:
+        x = self.patch_embed(x)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        return self.head(self.fc_norm(self.norm(self.blocks(x))[:, 0]))
+
+
+class PaddleClasAttention(pnn.Layer):  # type: ignore[misc]
+    """PaddleClas' ``Attention`` (``model_zoo/vision_transformer.py``): scale ``qk_scale``
+    or head_dim ** -0.5."""
+
+    def __init__(self, dim: int, heads: int, qkv_bias: bool, qk_scale: float | None) -> None:
+        super().__init__()
+        self.num_heads, self.scale = heads, qk_scale or (dim // heads) ** -0.5
+        self.qkv = pnn.Linear(dim, dim * 3, bias_attr=qkv_bias)
+        self.attn_drop = pnn.Dropout(0.0)
+        self.proj, self.proj_drop = pnn.Linear(dim, dim), pnn.Dropout(0.0)
+
+    def forward(self, x: Any) -> Any:
+        n, c = x.shape[1:]
+        qkv = self.qkv(x).reshape((-1, n, 3, self.num_heads, c // self.num_heads))
+        qkv = qkv.transpose((2, 0, 3, 1, 4))
+        attn = (qkv[0].matmul(qkv[1].transpose((0, 1, 3, 2)))) * self.scale
+        attn = pnn.functional.softmax(attn, axis=-1)
+        return self.proj(attn.matmul(qkv[2]).transpose((0, 2, 1, 3)).reshape((-1, n, c)))
+
+
+class PaddleClasMlp(pnn.Layer):  # type: ignore[misc]
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.fc1, self.act = pnn.Linear(dim, hidden), pnn.GELU()
+        self.fc2, self.drop = pnn.Linear(hidden, dim), pnn.Dropout(0.0)
+
+    def forward(self, x: Any) -> Any:
+        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+
+
+class PaddleClasBlock(pnn.Layer):  # type: ignore[misc]
+    def __init__(self, dim: int, heads: int, mlp_ratio: float, eps: float, **attn: Any) -> None:
+        super().__init__()
+        self.norm1 = pnn.LayerNorm(dim, epsilon=eps)
+        self.attn = PaddleClasAttention(dim, heads, **attn)
+        self.norm2 = pnn.LayerNorm(dim, epsilon=eps)
+        self.mlp = PaddleClasMlp(dim, int(dim * mlp_ratio))
+
+    def forward(self, x: Any) -> Any:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class VisionTransformer(pnn.Layer):  # type: ignore[misc]
+    """PaddleClas' ``VisionTransformer`` (``DeiT_tiny_patch16_224``: ``qkv_bias=True``,
+    ``epsilon=1e-6``, mlp_ratio 4; ``ViT_small_patch16_224``: no qkv bias, ``qk_scale=
+    768 ** -0.5``, mlp_ratio 3, epsilon 1e-5) at the ``VIT`` size."""
+
+    def __init__(self, qkv_bias: bool = True, qk_scale: float | None = None,
+                 mlp_ratio: float = 4, epsilon: float = 1e-6) -> None:  # fmt: skip
+        super().__init__()
+        dim, patch = VIT["embed_dim"], VIT["patch_size"]
+        self.patch_embed = pnn.Layer()
+        self.patch_embed.proj = pnn.Conv2D(3, dim, patch, patch)
+        patches = (VIT["img_size"] // patch) ** 2
+        self.pos_embed = self.create_parameter([1, patches + 1, dim])
+        self.cls_token = self.create_parameter([1, 1, dim])
+        self.pos_drop = pnn.Dropout(0.0)
+        opts = {"qkv_bias": qkv_bias, "qk_scale": qk_scale}
+        blocks = [PaddleClasBlock(dim, VIT["num_heads"], mlp_ratio, epsilon, **opts)
+                  for _ in range(VIT["depth"])]  # fmt: skip
+        self.blocks = pnn.LayerList(blocks)
+        self.norm = pnn.LayerNorm(dim, epsilon=epsilon)
+        self.head = pnn.Linear(dim, CLASSES)
+
+    def forward(self, x: Any) -> Any:
+        x = self.patch_embed.proj(x).flatten(2).transpose((0, 2, 1))
+        x = paddle.concat((self.cls_token.expand((x.shape[0], -1, -1)), x), axis=1)
+        x = self.pos_drop(x + self.pos_embed)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x)[:, 0])
+
+
+def paddleclas_vit(**options: Any) -> Any:
+    paddle.seed(3)
+    return paddle_randomize_bn(VisionTransformer(**options))
+
+
+def test_paddleclas_deit_ports_into_timm_deit() -> None:
+    """Packed ``qkv`` on both sides ([in, 3 * out] in Paddle, transposed), the class token
+    and position embedding as the root's own tensors."""
+    result = port(paddleclas_vit(), vit_or_twin(), input_shape=VIT_SHAPE)
+    check_port(result, "paddleclas DeiT -> timm deit_tiny_patch16_224")
+    worst = max(row.relative for row in result.verification.rows[:-1])
+    print(f"ZOO paddleclas DeiT: layers {len(result.pairs)}, worst {worst:.2g}, "
+          f"logits {result.verification.rows[-1].relative:.2g}")  # fmt: skip
+
+
+def test_paddleclas_vit_small_scale_has_no_timm_twin() -> None:
+    """PaddleClas' ``ViT_small_patch16_224`` scales the attention scores by ``qk_scale=
+    768 ** -0.5`` (the embedding width, not head_dim ** -0.5, which timm's ``Attention``
+    fixes): no tensor shows it, the verification stops at the first attention's output."""
+    source = paddleclas_vit(qk_scale=VIT["embed_dim"] ** -0.5)
+    result = port(source, vit_or_twin(), input_shape=VIT_SHAPE)
+    assert not result.passed
+    first = result.verification.first_failure
+    assert first is not None and first.layer == "blocks.0.attn.proj", result.format()
+    print(f"ZOO paddleclas ViT_small scale: fails at {first.layer}, relative {first.relative:.2g}")

@@ -16,6 +16,7 @@ import numpy as np
 from polytrain.backend.mismatch import compare_names
 from polytrain.backend.model_walker import (
     ATTENTION,
+    BARE,
     LayerTensor,
     ModelWalker,
     Setting,
@@ -23,6 +24,7 @@ from polytrain.backend.model_walker import (
     WalkedBlock,
     WalkedLayer,
     attention_tensors,
+    bare_layers,
 )
 
 ROLES = {"_mean": "running_mean", "_variance": "running_var"}
@@ -112,6 +114,9 @@ class PaddleWalker(ModelWalker):
             tensors = _tensors(name, layer, kind)
             if not tensors:
                 continue
+            if kind == type(layer).__name__ and len(layer.parameters()) > len(tensors):
+                found += bare_layers(type(layer).__name__, tensors)
+                continue
             groups = int(getattr(layer, "_groups", 1) or 1) if kind.startswith("Conv") else 1
             found.append(WalkedLayer(name, kind, type(layer).__name__, tensors, groups))
         return found
@@ -159,6 +164,8 @@ class PaddleWalker(ModelWalker):
         handles = []
         fused = {name: layer._act for name, layer in layers.items() if _fused_act(layer)}
         for walked in self.layers(model):
+            if walked.kind == BARE:  # no layer of its own runs it
+                continue
 
             def hook(_l: Any, _i: Any, out: Any, name: str = walked.name) -> Any:
                 value = _first_tensor(out)

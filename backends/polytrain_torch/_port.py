@@ -20,6 +20,7 @@ from polytrain.backend.model_walker import (
     Trace,
     WalkedBlock,
     WalkedLayer,
+    bare_layers,
 )
 
 
@@ -78,8 +79,12 @@ class TorchWalker(ModelWalker):
                 role: LayerTensor(f"{name}.{role}" if name else role, t.detach().cpu().numpy())
                 for role, t in own.items()
             }
-            groups = int(getattr(module, "groups", 1)) if _kind(module).startswith("Conv") else 1
-            found.append(WalkedLayer(name, _kind(module), type(module).__name__, tensors, groups))
+            kind = _kind(module)
+            if kind == type(module).__name__ and len(list(module.parameters())) > len(own):
+                found += bare_layers(kind, tensors)
+                continue
+            groups = int(getattr(module, "groups", 1)) if kind.startswith("Conv") else 1
+            found.append(WalkedLayer(name, kind, type(module).__name__, tensors, groups))
         return found
 
     def blocks(self, model: Any) -> list[WalkedBlock]:

@@ -38,8 +38,9 @@ QKV = "QKVProjection"
 in :data:`ATTENTION`, traced at the attention's output (the heads joined, not projected)"""
 BARE = "Parameter"
 """a bare parameter of a block that has child layers too (GluonNLP's ``position_weight``,
-an embedding table the encoder looks up itself): role ``weight``, paired by a hint and not
-traced (no layer of its own runs it); the layers after it check it"""
+an embedding table the encoder looks up itself; a ViT's ``cls_token``): role ``weight``,
+paired by its name, a hint or in order, and not traced (no layer of its own runs it); the
+layers after it check it"""
 PACKED = {  # role of a packed attention tensor -> its parts' roles in a Linear (q, k, v)
     "in_proj_weight": "weight",
     "in_proj_bias": "bias",
@@ -81,6 +82,14 @@ def packed(parts: tuple[LayerTensor, ...]) -> LayerTensor:
 def unpack(value: np.ndarray, count: int) -> list[np.ndarray]:
     """A packed canonical tensor's ``count`` parts (equal row counts, in order)."""
     return [np.ascontiguousarray(part) for part in np.split(np.asarray(value), count)]
+
+
+def bare_layers(owner: str, tensors: Mapping[str, LayerTensor]) -> list[WalkedLayer]:
+    """Each own tensor of a block with child layers (of class ``owner``) as a :data:`BARE`
+    layer named by its state key: its class is no kind that says anything of them."""
+    return [
+        WalkedLayer(t.native, BARE, f"{owner}.{key}", {"weight": t}) for key, t in tensors.items()
+    ]
 
 
 def attention_tensors(q: Mapping[str, LayerTensor], k: Mapping[str, LayerTensor],

@@ -23,6 +23,7 @@ import numpy as np
 
 from polytrain.backend.model_walker import (
     ATTENTION,
+    BARE,
     QKV,
     LayerTensor,
     WalkedLayer,
@@ -91,7 +92,9 @@ def match_layers(
                     f"{by_source[s].describe()} and {by_target[t].describe()}."
                 )
             pairs[t] = Pair(by_source[s], by_target[t], hinted=True)
-    rest_s = [layer for layer in source if layer.name not in hints]
+    pairs |= _bare_by_name(source, target, set(hints), set(pairs))
+    taken = set(hints) | {p.source.name for p in pairs.values()}
+    rest_s = [layer for layer in source if layer.name not in taken]
     rest_t = [layer for layer in target if layer.name not in pairs]
     i = j = 0
     while i < len(rest_s) and j < len(rest_t):
@@ -123,6 +126,22 @@ def match_layers(
         )
     left_out = [s for s, t in hints.items() if not t]
     return [pairs[layer.name] for layer in target if layer.name in pairs], left_out
+
+
+def _bare_by_name(
+    source: Sequence[WalkedLayer], target: Sequence[WalkedLayer], hinted: set[str], paired: set[str]
+) -> dict[str, Pair]:
+    """Bare parameters under the same name and shape on both sides (a ViT's ``cls_token``
+    and ``pos_embed``), which order could pair crosswise."""
+    by_source = {layer.name: layer for layer in source if layer.kind == BARE}
+    found = {}
+    for t in target:
+        s = by_source.get(t.name)
+        if s is None or s.name in hinted or t.name in paired or t.kind != BARE:
+            continue
+        if mismatch(s, t, check_kind=True) is None:
+            found[t.name] = Pair(s, t)
+    return found
 
 
 def expand_hints(hints: Mapping[str, str | None], names: Sequence[str]) -> dict[str, str | None]:
