@@ -116,6 +116,9 @@ def pair() -> Iterator[Pair]:
 
 @pytest.fixture(scope="module", params=launchable_backends())
 def backend(request: pytest.FixtureRequest) -> str:
+    if request.param == "jax":  # docs/distributed.md, "JAX"
+        pytest.skip("XLA's Gloo (jaxlib 0.4.30) takes its address from the host name, which "
+                    "a namespace cannot reach; it has no interface setting")  # fmt: skip
     return str(request.param)
 
 
