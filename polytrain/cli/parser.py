@@ -377,8 +377,9 @@ def _add_tracking_options(p: argparse.ArgumentParser) -> None:
         "--keep-best",
         default=None,
         metavar="METRIC",
-        help="also keep the checkpoint of the best epoch so far by METRIC (val_accuracy, "
-        "test_accuracy, train_loss, ...) as checkpoints/best in --out",
+        help="also keep the checkpoint of the best epoch so far by METRIC (val_metric, "
+        "test_metric, train_loss, ...; or the older val_accuracy, test_accuracy) as "
+        "checkpoints/best in --out",
     )
     p.add_argument(
         "--inspect",

@@ -63,7 +63,7 @@ def _add_what_options(p: argparse.ArgumentParser, d: Recipe) -> None:
         "--metric",
         default=d.metric,
         help='accuracy, top_k (k=5), mse, or JSON: \'{"name": "top_k", "k": 3}\'; reported '
-        "as the train/test accuracy columns",
+        "as the train/test metric (train_metric, test_metric in metrics.jsonl)",
     )
 
 

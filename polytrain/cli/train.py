@@ -103,8 +103,8 @@ def _summary_table(title: str, summary: Summary, recipe: Recipe) -> Any:
         [
             e.epoch + 1,
             f"{e.train_loss:.4f}",
-            _metric_text(e.train_accuracy, counts),
-            "-" if e.test_accuracy is None else _metric_text(e.test_accuracy, counts),
+            _metric_text(e.train_metric, counts),
+            "-" if e.test_metric is None else _metric_text(e.test_metric, counts),
             f"{e.seconds:.1f}",
             f"{e.samples_per_second:.0f}",
         ]
