@@ -39,7 +39,7 @@ def describe(label: str, runs: list[BackendRun]) -> None:
     for run in runs:
         losses = run.step_losses
         worst = max(range(1, len(losses)), key=losses.__getitem__)
-        accuracy = run.final.get("test_accuracy")
+        accuracy = run.final.get("test_metric")
         acc = f"{100 * accuracy:.2f} %" if accuracy is not None else "-"
         print(f"{label:7} {run.backend:7} first {losses[0]:.3f}  max after step 1 "
               f"{losses[worst]:.3f} (step {worst + 1})  test accuracy {acc}")  # fmt: skip

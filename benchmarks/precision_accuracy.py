@@ -122,7 +122,7 @@ def worker(job: dict[str, Any]) -> int:
             )
             data = data or load_datasets(recipe)
             summary = Trainer(recipe, backend, datasets=data, progress=False).fit()
-            accuracy[key] = 100 * (summary.epochs[-1].test_accuracy or 0.0)
+            accuracy[key] = 100 * (summary.epochs[-1].test_metric or 0.0)
             out[key].append(accuracy[key])
             out[f"{key}_s"] += sum(e.seconds for e in summary.epochs)
         out["diff"].append(accuracy["mixed"] - accuracy["fp32"])

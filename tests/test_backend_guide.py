@@ -72,7 +72,7 @@ def test_a_toy_backend_trains_as_its_framework_does() -> None:
         x, y = batch(spec, 8)
         results.append((runner.train_step(x, y), backend.get_params(model, 1)))
     (toy_step, toy_params), (step, params) = results
-    assert (toy_step.loss_sum, toy_step.correct) == (step.loss_sum, step.correct)
+    assert (toy_step.loss_sum, toy_step.metric_sum) == (step.loss_sum, step.metric_sum)
     for k, v in params.items():
         np.testing.assert_array_equal(toy_params[k], v, err_msg=k)
 

@@ -87,7 +87,7 @@ def test_a_plugin_stops_the_run_cleanly_from_the_cli(
     ck = load_checkpoint(out)
     assert ck.position["global_step"] == 3 and ck.position["epoch"] == 1
     assert [h["steps"] for h in ck.history] == [3]  # the stopped epoch's record, kept
-    assert ck.history[0]["test_accuracy"] is not None  # and evaluated
+    assert ck.history[0]["test_metric"] is not None  # and evaluated
 
 
 def test_a_recipe_file_names_the_plugins(
@@ -134,19 +134,19 @@ def test_resume_goes_on_with_the_lr_a_plugin_set(data: Datasets, tmp_path: Path)
 
 
 class PlayedAccuracies:
-    """Plays a given test_accuracy per epoch (a controlled metric for KeepBest)."""
+    """Plays a given test_metric per epoch (a controlled metric for KeepBest)."""
 
     def __init__(self, *values: float) -> None:
         self.values = list(values)
 
     @hookimpl(tryfirst=True)
     def polytrain_epoch_end(self, epoch: EpochRecord) -> None:
-        epoch.test_accuracy = self.values[epoch.epoch]
+        epoch.test_metric = self.values[epoch.epoch]
 
 
 def test_keep_best_keeps_the_best_epochs_checkpoint(data: Datasets, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    _, summary = fit(BACKENDS[0], data, KeepBest("test_accuracy"), PlayedAccuracies(0.5, 0.7, 0.6),
+    _, summary = fit(BACKENDS[0], data, KeepBest("test_metric"), PlayedAccuracies(0.5, 0.7, 0.6),
                      out_dir=out, keep_checkpoints=1, recipe={"epochs": 3})  # fmt: skip
     assert summary.stop_reason == "completed"
     best = out / "checkpoints" / "best"

@@ -47,7 +47,7 @@ def test_compare_writes_json_and_png(report: tuple[int, Path]) -> None:
     for run in data["runs"]:
         assert len(run["step_losses"]) == 8
         assert all(g is not None for g in run["grad_norms"])
-        assert run["epochs"][0]["test_accuracy"] is not None
+        assert run["epochs"][0]["test_metric"] is not None
     png = (out / "comparison.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
 
@@ -80,7 +80,7 @@ def test_broken_tolerance_exits_non_zero(tmp_path: Path) -> None:
 
 
 def run(name: str, losses: list[float], acc: float) -> BackendRun:
-    epoch = {"epoch": 0, "train_loss": losses[-1], "test_accuracy": acc, "seconds": 1.0,
+    epoch = {"epoch": 0, "train_loss": losses[-1], "test_metric": acc, "seconds": 1.0,
              "samples_per_second": 10.0}  # fmt: skip
     return BackendRun(name, "1", ["cpu"], {}, losses, [None] * len(losses), [epoch], 1.0, None)
 

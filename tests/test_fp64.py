@@ -77,7 +77,7 @@ def test_model_and_precision_must_agree() -> None:
 
 
 def _run(name: str, losses: list[float]) -> BackendRun:
-    epoch = {"train_loss": losses[-1], "test_accuracy": 0.5, "samples_per_second": 1.0,
+    epoch = {"train_loss": losses[-1], "test_metric": 0.5, "samples_per_second": 1.0,
              "seconds": 1.0}  # fmt: skip
     return BackendRun(name, "0", ["cpu"], {}, losses, [None] * len(losses), [epoch], 1.0, None)
 

@@ -148,7 +148,7 @@ def test_sigterm_during_the_evaluation_stops_between_batches(tmp_path: Path) -> 
     assert resumed.returncode == 0, resumed.stderr
     summary = json.loads(resumed.stdout)
     assert summary["stop_reason"] == "completed" and summary["final_step"] == 2  # no step redone
-    assert summary["final"]["test_accuracy"] is not None  # the whole test set, this time
+    assert summary["final"]["test_metric"] is not None  # the whole test set, this time
 
 
 # -- a user plugin that raises ----------------------------------------------------------------

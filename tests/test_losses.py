@@ -154,7 +154,7 @@ def test_the_epoch_line_prints_each_metric_with_its_own_unit(
     share in percent, an mse as it is (it printed 'acc 81.25%' for every metric)."""
     run = RunInfo("numpy", "1", "mlp", "data", ["cpu"], 1, 2, 32, 32, recipe={"metric": metric})
     epoch = EpochRecord(
-        0, 0.5, train_accuracy=0.8125, test_accuracy=0.5, seconds=1, samples_per_second=64
+        0, 0.5, train_metric=0.8125, test_metric=0.5, seconds=1, samples_per_second=64
     )
     ProgressBar(enabled=True, bar=False).polytrain_epoch_end(run, epoch)
     line = capsys.readouterr().err

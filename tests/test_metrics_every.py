@@ -45,7 +45,7 @@ def fit(
     trainer = Trainer(Recipe(**RECIPE), backend, datasets=data, plugins=[losses],
                       progress=False, metrics_every=metrics_every, **kwargs)  # fmt: skip
     summary = trainer.fit()
-    epochs = [(e.train_loss, e.train_accuracy, e.test_accuracy) for e in summary.epochs]
+    epochs = [(e.train_loss, e.train_metric, e.test_metric) for e in summary.epochs]
     return [dict(zip(("loss", "accuracy", "test"), e, strict=True)) for e in epochs], losses.values
 
 

@@ -148,7 +148,7 @@ def test_trainer_runs_split_and_resumes_unsplit(backend: Backend, tmp_path: Path
         datasets=small_data(),
     ).fit()
     np.testing.assert_allclose(first.values + second.values, full.values, rtol=0, atol=TOL)
-    assert summary.epochs[-1].test_accuracy == ref.epochs[-1].test_accuracy
+    assert summary.epochs[-1].test_metric == ref.epochs[-1].test_metric
 
 
 def test_bad_splits_are_clear_errors(backend: Backend) -> None:

@@ -207,8 +207,8 @@ def test_resumed_run_has_the_uninterrupted_lr_sequence(data: Datasets, tmp_path:
 
 def epochs(*val: float) -> list[EpochRecord]:
     return [
-        EpochRecord(epoch=i, train_loss=1.0, train_accuracy=0.5, test_accuracy=None,
-                    val_accuracy=v, seconds=1.0, samples_per_second=1.0, steps=1)
+        EpochRecord(epoch=i, train_loss=1.0, train_metric=0.5, test_metric=None,
+                    val_metric=v, seconds=1.0, samples_per_second=1.0, steps=1)
         for i, v in enumerate(val)
     ]  # fmt: skip
 

@@ -106,7 +106,7 @@ def test_train_a_user_factory_on_npz_data(
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
     epoch = summary["epochs"][0]
-    assert np.isfinite(epoch["train_loss"]) and 0 <= epoch["test_accuracy"] <= 1
+    assert np.isfinite(epoch["train_loss"]) and 0 <= epoch["test_metric"] <= 1
     ck = load_checkpoint(find_checkpoint(out))
     assert ck.manifest["model"]["spec"]["name"] == "tiny-user-net"
     assert ck.recipe is not None and ck.recipe["data"] == str(data)
@@ -248,7 +248,7 @@ def test_trainer_takes_arrays_and_indexables_with_a_regression_loss(helper: Path
     a, b = by_arrays.fit(), by_items.fit()
     assert [e.train_loss for e in a.epochs] == [e.train_loss for e in b.epochs]
     assert a.epochs[-1].train_loss < a.epochs[0].train_loss
-    assert a.epochs[-1].test_accuracy == pytest.approx(a.epochs[-1].test_accuracy)  # the mse
+    assert a.epochs[-1].test_metric == pytest.approx(a.epochs[-1].test_metric)  # the mse
     with pytest.raises(DataError, match="5 inputs but 4 targets"):
         Trainer(recipe, "numpy", progress=False, datasets=(x[:5], y[:4]))
     with pytest.raises(DataError, match=r"needs float targets \[N, 2\]"):

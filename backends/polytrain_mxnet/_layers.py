@@ -293,7 +293,7 @@ class _Dropout(nn.Dropout):
         return x * mx.nd.array(mask, ctx=x.context, dtype=x.dtype)
 
 
-def build(layer: models.Layer) -> nn.HybridBlock:
+def build(layer: models.Layer) -> nn.HybridBlock:  # noqa: C901 - one branch per layer kind
     """A Gluon block for one neutral layer (shapes given, so nothing is deferred)."""
     if isinstance(layer, models.Sequential):
         children = [(n, build(c)) for n, c in layer.layers]

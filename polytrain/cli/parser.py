@@ -4,7 +4,8 @@ checked at parsing (:mod:`polytrain.cli.arguments`)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeAlias
 
 from polytrain._version import __version__
 from polytrain.cli import arguments as num
@@ -17,6 +18,8 @@ from polytrain.cli.recipe_args import add_recipe_arguments
 from polytrain.cli.train import cmd_recipe, cmd_train
 from polytrain.training.health import DEFAULT_MAX_LOSS_GROWTH, DEFAULT_MAX_SKIPPED
 from polytrain.training.step import DEFAULT_METRICS_EVERY
+
+Subparsers: TypeAlias = "argparse._SubParsersAction[CommandParser]"
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -46,18 +49,35 @@ class CommandParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``polytrain`` parser: one sub-parser per command, each with ``--debug``."""
     parser = argparse.ArgumentParser(
         prog="polytrain",
         description="Write a training recipe once; run it on PyTorch, PaddlePaddle or MXNet.",
     )
     parser.add_argument("--version", action="version", version=f"polytrain {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser)
+    for add_command in COMMANDS:
+        add_command(sub)
+    for command in sub.choices.values():
+        command.add_argument(
+            "--debug",
+            action="store_true",
+            help="on an error, print its traceback (a user's model, plugin or file included) "
+            "after the one line; also POLYTRAIN_DEBUG=1",
+        )
+    return parser
 
+
+def _add_backends(sub: Subparsers) -> None:
+    """``polytrain backends``."""
     p = sub.add_parser("backends", help="list backends (import only the ones named)")
     p.add_argument("names", nargs="*", help="backends to import and probe for devices")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_backends, subparser=p)
 
+
+def _add_data(sub: Subparsers) -> None:
+    """``polytrain data``."""
     p = sub.add_parser("data", help="where each dataset is, or how to get it")
     p.add_argument("names", nargs="*", help="datasets (default: all)")
     p.add_argument("--data-dir", default=None)
@@ -65,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_data, subparser=p)
 
+
+def _add_train(sub: Subparsers) -> None:
+    """``polytrain train``."""
     p = sub.add_parser("train", help="train a recipe on one backend")
     p.add_argument(
         "--backend",
@@ -73,94 +96,23 @@ def build_parser() -> argparse.ArgumentParser:
         "the only installed)",
     )
     add_recipe_arguments(p)
-    p.add_argument("--out", default=None, help="directory for metrics.jsonl and checkpoints")
-    p.add_argument(
-        "--fast",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="compiled execution (MXNet hybridize, torch.compile, Paddle static graph); default: "
-        "automatic, compiled when the planned steps repay the compile (the run header says "
-        "which and why; docs/performance.md)",
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress output")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.add_argument(
-        "--timeout",
-        type=num.seconds,
-        default=120.0,
-        help="seconds for the rendezvous and for any step of a multi-process run",
-    )
-    p.add_argument("--resume", default=None, help="continue from a run or checkpoint directory")
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace the run already in --out (its metrics and checkpoints)",
-    )
-    p.add_argument(
-        "--checkpoint-every", type=num.positive_int, default=None, help="also save every N steps"
-    )
-    p.add_argument(
-        "--metrics-every",
-        type=num.positive_int,
-        default=DEFAULT_METRICS_EVERY,
-        metavar="N",
-        help="read the training accuracy count from the device every N steps (and at the "
-        "epoch end and every checkpoint; same numbers, fewer host syncs); the loss is read "
-        f"every step. Default {DEFAULT_METRICS_EVERY}; 1 reads it every step",
-    )
-    p.add_argument(
-        "--keep-checkpoints", type=num.positive_int, default=2, help="checkpoints kept in --out"
-    )
-    p.add_argument("--tensorboard", default=None, help="write TensorBoard event files here")
-    p.add_argument(
-        "--log",
-        default=None,
-        metavar="csv,mlflow,tensorboard",
-        help="experiment trackers, comma-separated (rank 0): csv (steps.csv, epochs.csv in "
-        "--out), mlflow (params, metrics, artifacts; $MLFLOW_TRACKING_URI or a SQLite store "
-        "in --out; pip install 'polytrain[mlflow]'), tensorboard (--tensorboard DIR or "
-        "--out/tensorboard); docs/architecture.md, Experiment trackers",
-    )
-    p.add_argument(
-        "--plugin",
-        action="append",
-        default=[],
-        metavar="PKG.MODULE:CLASS",
-        help="a training-event plugin (a class or factory called with no arguments); "
-        "repeatable (docs/architecture.md, Callbacks that act)",
-    )
-    p.add_argument(
-        "--keep-best",
-        default=None,
-        metavar="METRIC",
-        help="also keep the checkpoint of the best epoch so far by METRIC (val_accuracy, "
-        "test_accuracy, train_loss, ...) as checkpoints/best in --out",
-    )
-    p.add_argument(
-        "--inspect",
-        default=None,
-        help="per-layer output/gradient statistics into the metrics file at these global "
-        "steps: '1,50,200' or 'every:100'",
-    )
-    p.add_argument(
-        "--max-skipped",
-        type=float,
-        default=DEFAULT_MAX_SKIPPED,
-        help="stop when more than this share of steps was skipped (fp16 overflow)",
-    )
-    p.add_argument(
-        "--max-loss-growth",
-        type=float,
-        default=DEFAULT_MAX_LOSS_GROWTH,
-        help="stop when the loss exceeds its start this many times (inf: never)",
-    )
+    _add_run_options(p)
+    _add_checkpoint_options(p)
+    _add_tracking_options(p)
+    _add_health_options(p)
     p.set_defaults(func=cmd_train, subparser=p)
 
+
+def _add_recipe(sub: Subparsers) -> None:
+    """``polytrain recipe``."""
     p = sub.add_parser("recipe", help="print a run's recipe as a recipe file (--config)")
     p.add_argument("run", metavar="RUN_DIR", help="a run folder or one of its checkpoints")
     p.add_argument("-o", "--out", default=None, metavar="TOML", help="write it there instead")
     p.set_defaults(func=cmd_recipe, subparser=p)
 
+
+def _add_compare(sub: Subparsers) -> None:
+    """``polytrain compare``."""
     p = sub.add_parser("compare", help="run one recipe on several backends and compare")
     p.add_argument("--backends", default=None, help="comma-separated (default: all installed)")
     add_recipe_arguments(p)
@@ -195,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=cmd_compare, subparser=p)
 
+
+def _add_launch(sub: Subparsers) -> None:
+    """``polytrain launch``."""
     p = sub.add_parser(
         "launch",
         help="run a command on several processes/machines through the backend's own engine",
@@ -226,12 +181,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="command", help="-- CMD [ARGS...]")
     p.set_defaults(func=cmd_launch, subparser=p)
 
+
+def _add_doctor(sub: Subparsers) -> None:
+    """``polytrain doctor``."""
     p = sub.add_parser("doctor", help="which backends, devices, precisions, collectives work here")
     p.add_argument("names", nargs="*", help="backends to check (default: all registered)")
     p.add_argument("--no-collectives", action="store_true", help="skip the 2-process check")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_doctor, subparser=p)
 
+
+def _add_convert(sub: Subparsers) -> None:
+    """``polytrain convert``."""
     formats = convert_formats()
     p = sub.add_parser(
         "convert",
@@ -270,6 +231,182 @@ def build_parser() -> argparse.ArgumentParser:
         help="of the weights written (default: float32 for .pt/.pdparams/.params, the "
         "source's for a neutral checkpoint)",
     )
+    _add_convert_optimizer_options(p)
+    p.set_defaults(func=cmd_convert, subparser=p)
+
+
+def _add_port(sub: Subparsers) -> None:
+    """``polytrain port``."""
+    p = sub.add_parser(
+        "port",
+        help="port a model's weights into a PyTorch model object, verified layer by layer",
+        description="Example: polytrain port mymodels:paddle_resnet18 mymodels:torch_resnet18 "
+        "r18.pt --weights r18.pdparams --input-shape 1,3,224,224. Layers are paired from the "
+        "model objects (kind, order, shapes); see docs/porting.md.",
+    )
+    p.add_argument("source", help="pkg.module:factory building the source model")
+    p.add_argument("target", help="pkg.module:factory building the target model")
+    p.add_argument("output", nargs="?", help="the target's weights file to write (.pt)")
+    p.add_argument("--weights", default=None, help="a weights file to load into the source")
+    p.add_argument("--input-shape", default=None, help="random input of this shape: 1,3,224,224")
+    p.add_argument("--input", default=None, metavar="NPY", help="a batch (.npy) to verify on")
+    p.add_argument(
+        "--hint",
+        action="append",
+        default=None,
+        metavar="SRC=TGT",
+        help="pair source layer SRC with target layer TGT (SRC= leaves SRC out); repeatable",
+    )
+    p.add_argument("--hints", default=None, metavar="JSON", help="hints as {source: target}")
+    p.add_argument(
+        "--tolerance", type=num.positive_float, default=1e-4, help="max |diff| / max |value|"
+    )
+    p.add_argument("--map-out", default=None, metavar="JSON", help="write the derived map")
+    p.add_argument("--report", default=None, metavar="JSON", help="write the report as JSON")
+    p.add_argument("--print-map", action="store_true", help="print the map; write no weights")
+    p.add_argument("--seed", type=num.seed, default=0, help="of the random input")
+    p.set_defaults(func=cmd_port, subparser=p)
+
+
+def _add_port_code(sub: Subparsers) -> None:
+    """``polytrain port-code``."""
+    p = sub.add_parser(
+        "port-code",
+        help="rewrite Paddle code as PyTorch code (file or folder); unconverted calls are marked",
+        description="Example: polytrain port-code train.py -o train_torch.py. SRC is never "
+        "modified. Exit status 0: everything converted; 3: some calls left in place under a "
+        "'# polytrain port-code:' comment; 2: an error. See docs/porting.md.",
+    )
+    p.add_argument("source", metavar="SRC", help="a .py file or a folder")
+    p.add_argument(
+        "-o", "--output", default=None, metavar="OUT",
+        help="the new file or folder (default: SRC with _torch added); must not exist",
+    )  # fmt: skip
+    p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    p.add_argument(
+        "--show-unsupported", action="store_true", help="list each unconverted API and why"
+    )
+    p.add_argument(
+        "--verify", default=None, metavar="FACTORY",
+        help="after converting, build the model FACTORY (a function or class of the file; "
+        "pkg.module:FACTORY in a folder) from the original and the converted code, and "
+        "check them layer by layer as polytrain port does (imports both: their code runs)",
+    )  # fmt: skip
+    p.add_argument("--input-shape", default=None, help="--verify's random input: 2,1,28,28")
+    p.add_argument(
+        "--tolerance", type=num.positive_float, default=1e-4, help="--verify's max |diff| / max"
+    )
+    p.set_defaults(func=cmd_port_code, subparser=p)
+
+
+def _add_env(sub: Subparsers) -> None:
+    """``polytrain env``."""
+    p = sub.add_parser("env", help="rank, world size and master as this process sees them")
+    p.add_argument("--explain", action="store_true", help="which source won and why")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_env, subparser=p)
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    """Where a run writes, how it prints, resumes and waits."""
+    p.add_argument("--out", default=None, help="directory for metrics.jsonl and checkpoints")
+    p.add_argument(
+        "--fast",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="compiled execution (MXNet hybridize, torch.compile, Paddle static graph); default: "
+        "automatic, compiled when the planned steps repay the compile (the run header says "
+        "which and why; docs/performance.md)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument(
+        "--timeout",
+        type=num.seconds,
+        default=120.0,
+        help="seconds for the rendezvous and for any step of a multi-process run",
+    )
+    p.add_argument("--resume", default=None, help="continue from a run or checkpoint directory")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run already in --out (its metrics and checkpoints)",
+    )
+
+
+def _add_checkpoint_options(p: argparse.ArgumentParser) -> None:
+    """How often a run saves and reads its metric."""
+    p.add_argument(
+        "--checkpoint-every", type=num.positive_int, default=None, help="also save every N steps"
+    )
+    p.add_argument(
+        "--metrics-every",
+        type=num.positive_int,
+        default=DEFAULT_METRICS_EVERY,
+        metavar="N",
+        help="read the training accuracy count from the device every N steps (and at the "
+        "epoch end and every checkpoint; same numbers, fewer host syncs); the loss is read "
+        f"every step. Default {DEFAULT_METRICS_EVERY}; 1 reads it every step",
+    )
+    p.add_argument(
+        "--keep-checkpoints", type=num.positive_int, default=2, help="checkpoints kept in --out"
+    )
+
+
+def _add_tracking_options(p: argparse.ArgumentParser) -> None:
+    """Trackers, plugins and the records kept."""
+    p.add_argument("--tensorboard", default=None, help="write TensorBoard event files here")
+    p.add_argument(
+        "--log",
+        default=None,
+        metavar="csv,mlflow,tensorboard",
+        help="experiment trackers, comma-separated (rank 0): csv (steps.csv, epochs.csv in "
+        "--out), mlflow (params, metrics, artifacts; $MLFLOW_TRACKING_URI or a SQLite store "
+        "in --out; pip install 'polytrain[mlflow]'), tensorboard (--tensorboard DIR or "
+        "--out/tensorboard); docs/architecture.md, Experiment trackers",
+    )
+    p.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="PKG.MODULE:CLASS",
+        help="a training-event plugin (a class or factory called with no arguments); "
+        "repeatable (docs/architecture.md, Callbacks that act)",
+    )
+    p.add_argument(
+        "--keep-best",
+        default=None,
+        metavar="METRIC",
+        help="also keep the checkpoint of the best epoch so far by METRIC (val_metric, "
+        "test_metric, train_loss, ...; or the older val_accuracy, test_accuracy) as "
+        "checkpoints/best in --out",
+    )
+    p.add_argument(
+        "--inspect",
+        default=None,
+        help="per-layer output/gradient statistics into the metrics file at these global "
+        "steps: '1,50,200' or 'every:100'",
+    )
+
+
+def _add_health_options(p: argparse.ArgumentParser) -> None:
+    """When an unhealthy run stops."""
+    p.add_argument(
+        "--max-skipped",
+        type=float,
+        default=DEFAULT_MAX_SKIPPED,
+        help="stop when more than this share of steps was skipped (fp16 overflow)",
+    )
+    p.add_argument(
+        "--max-loss-growth",
+        type=float,
+        default=DEFAULT_MAX_LOSS_GROWTH,
+        help="stop when the loss exceeds its start this many times (inf: never)",
+    )
+
+
+def _add_convert_optimizer_options(p: argparse.ArgumentParser) -> None:
+    """The optimizer and scheduler state ported beside the weights."""
     p.add_argument(
         "--optimizer",
         default=None,
@@ -302,75 +439,19 @@ def build_parser() -> argparse.ArgumentParser:
         "LR scheduler as its script built it) or scheduler=constant; order=FILE (Gluon: "
         "the Trainer's parameter order)",
     )
-    p.set_defaults(func=cmd_convert, subparser=p)
 
-    p = sub.add_parser(
-        "port",
-        help="port a model's weights into a PyTorch model object, verified layer by layer",
-        description="Example: polytrain port mymodels:paddle_resnet18 mymodels:torch_resnet18 "
-        "r18.pt --weights r18.pdparams --input-shape 1,3,224,224. Layers are paired from the "
-        "model objects (kind, order, shapes); see docs/porting.md.",
-    )
-    p.add_argument("source", help="pkg.module:factory building the source model")
-    p.add_argument("target", help="pkg.module:factory building the target model")
-    p.add_argument("output", nargs="?", help="the target's weights file to write (.pt)")
-    p.add_argument("--weights", default=None, help="a weights file to load into the source")
-    p.add_argument("--input-shape", default=None, help="random input of this shape: 1,3,224,224")
-    p.add_argument("--input", default=None, metavar="NPY", help="a batch (.npy) to verify on")
-    p.add_argument(
-        "--hint",
-        action="append",
-        default=None,
-        metavar="SRC=TGT",
-        help="pair source layer SRC with target layer TGT (SRC= leaves SRC out); repeatable",
-    )
-    p.add_argument("--hints", default=None, metavar="JSON", help="hints as {source: target}")
-    p.add_argument(
-        "--tolerance", type=num.positive_float, default=1e-4, help="max |diff| / max |value|"
-    )
-    p.add_argument("--map-out", default=None, metavar="JSON", help="write the derived map")
-    p.add_argument("--report", default=None, metavar="JSON", help="write the report as JSON")
-    p.add_argument("--print-map", action="store_true", help="print the map; write no weights")
-    p.add_argument("--seed", type=num.seed, default=0, help="of the random input")
-    p.set_defaults(func=cmd_port, subparser=p)
 
-    p = sub.add_parser(
-        "port-code",
-        help="rewrite Paddle code as PyTorch code (file or folder); unconverted calls are marked",
-        description="Example: polytrain port-code train.py -o train_torch.py. SRC is never "
-        "modified. Exit status 0: everything converted; 3: some calls left in place under a "
-        "'# polytrain port-code:' comment; 2: an error. See docs/porting.md.",
-    )
-    p.add_argument("source", metavar="SRC", help="a .py file or a folder")
-    p.add_argument(
-        "-o", "--output", default=None, metavar="OUT",
-        help="the new file or folder (default: SRC with _torch added); must not exist",
-    )  # fmt: skip
-    p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
-    p.add_argument(
-        "--show-unsupported", action="store_true", help="list each unconverted API and why"
-    )
-    p.add_argument(
-        "--verify", default=None, metavar="FACTORY",
-        help="after converting, build the model FACTORY (a function or class of the file; "
-        "pkg.module:FACTORY in a folder) from the original and the converted code, and "
-        "check them layer by layer as polytrain port does (imports both: their code runs)",
-    )  # fmt: skip
-    p.add_argument("--input-shape", default=None, help="--verify's random input: 2,1,28,28")
-    p.add_argument(
-        "--tolerance", type=num.positive_float, default=1e-4, help="--verify's max |diff| / max"
-    )
-    p.set_defaults(func=cmd_port_code, subparser=p)
-
-    p = sub.add_parser("env", help="rank, world size and master as this process sees them")
-    p.add_argument("--explain", action="store_true", help="which source won and why")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_env, subparser=p)
-    for command in sub.choices.values():
-        command.add_argument(
-            "--debug",
-            action="store_true",
-            help="on an error, print its traceback (a user's model, plugin or file included) "
-            "after the one line; also POLYTRAIN_DEBUG=1",
-        )
-    return parser
+# the sub-commands in the order ``polytrain --help`` lists them
+COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
+    _add_backends,
+    _add_data,
+    _add_train,
+    _add_recipe,
+    _add_compare,
+    _add_launch,
+    _add_doctor,
+    _add_convert,
+    _add_port,
+    _add_port_code,
+    _add_env,
+)

@@ -18,6 +18,14 @@ from polytrain.training.recipe import Recipe
 def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
     """The options of a recipe (shared by train and compare)."""
     d = Recipe()
+    _add_what_options(p, d)
+    _add_optimization_options(p, d)
+    _add_execution_options(p, d)
+    _add_data_options(p, d)
+
+
+def _add_what_options(p: argparse.ArgumentParser, d: Recipe) -> None:
+    """What trains on what: the recipe's source, model, data, loss and metric."""
     p.add_argument(
         "--config",
         default=None,
@@ -55,8 +63,12 @@ def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
         "--metric",
         default=d.metric,
         help='accuracy, top_k (k=5), mse, or JSON: \'{"name": "top_k", "k": 3}\'; reported '
-        "as the train/test accuracy columns",
+        "as the train/test metric (train_metric, test_metric in metrics.jsonl)",
     )
+
+
+def _add_optimization_options(p: argparse.ArgumentParser, d: Recipe) -> None:
+    """How it learns: epochs, batch, optimizer, lr and its schedule, dropout masks."""
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="global batch size")
     p.add_argument("--optimizer", default=d.optimizer, help="sgd, momentum, adagrad, adam")
@@ -83,6 +95,11 @@ def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
         help="framework: each framework's own dropout RNG (fast); parity: masks drawn in "
         "numpy from the seed, the same on every backend (docs/semantics.md)",
     )
+    _add_regularization_options(p, d)
+
+
+def _add_regularization_options(p: argparse.ArgumentParser, d: Recipe) -> None:
+    """What holds it back: gradient clipping, early stopping, weight decay."""
     p.add_argument(
         "--clip-grad-norm",
         type=float,
@@ -111,6 +128,10 @@ def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
         metavar="LAYER=L2,...",
         help="L2 per layer (name prefix), e.g. fc1=0.01,conv1=0; overrides --weight-decay there",
     )
+
+
+def _add_execution_options(p: argparse.ArgumentParser, d: Recipe) -> None:
+    """Where and how it runs: seed, devices, micro-batches, precision."""
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--devices", default=d.devices, help="cpu, cpu:N (emulated), gpu, gpu:0,1")
     p.add_argument("--accumulate", type=int, default=d.accumulate, help="micro-batches per step")
@@ -126,6 +147,10 @@ def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="model parallel: top-level layers [0, N) on devices[0], the rest on devices[1]",
     )
+
+
+def _add_data_options(p: argparse.ArgumentParser, d: Recipe) -> None:
+    """How much of the data, from where, and what is recorded."""
     p.add_argument(
         "--train-samples", type=int, default=None, help="use the first N training samples"
     )

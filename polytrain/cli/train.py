@@ -6,14 +6,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING, Any
 
 from polytrain.cli.config_file import recipe_toml
 from polytrain.cli.output import make_console, make_table
 from polytrain.cli.recipe_args import recipe_from_args, resumed_recipe
 from polytrain.errors import ConfigError
+from polytrain.plugins.records import Summary
 from polytrain.training.recipe import Recipe
 from polytrain.utils.fileio import atomic_write_text
 from polytrain.utils.output_paths import folder_inputs, refuse_overwriting_inputs
+
+if TYPE_CHECKING:
+    from polytrain.training.trainer import Trainer
 
 
 def _metric_text(value: float, counts: bool) -> str:
@@ -23,17 +28,39 @@ def _metric_text(value: float, counts: bool) -> str:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Train one recipe on one backend and print the summary."""
+    recipe = resumed_recipe(args) if args.resume else recipe_from_args(args)
+    trainer = _trainer(args, recipe)
+    rank = trainer.backend.rank  # fit() leaves the process group, which resets it
+    summary = trainer.fit()
+    if summary.interrupted:
+        return _interrupted(args, summary, rank, trainer.stop.number)
+    if rank != 0:  # rank 0 reports for the job
+        return 0
+    if summary.stop_reason != "completed":  # an early stop or a plugin's clean stop
+        print(f"polytrain train: {summary.stop_reason}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(summary.to_dict(), indent=2))
+        return 0
+    title = (
+        f"{trainer.backend.name} {trainer.backend.version()}: {recipe.model_name} on "
+        f"{recipe.data or recipe.dataset}"
+    )
+    make_console().print(_summary_table(title, summary, recipe))
+    return 0
+
+
+def _trainer(args: argparse.Namespace, recipe: Recipe) -> Trainer:
+    """The trainer of the command line's options, with its plugins loaded."""
     from polytrain.plugins.user_plugin import load_plugin
     from polytrain.training.keep_best import KeepBest
     from polytrain.training.trainer import Trainer
 
-    recipe = resumed_recipe(args) if args.resume else recipe_from_args(args)
     plugins = [load_plugin(ref) for ref in args.plugin]
     if args.keep_best is not None:
         if not args.out:
             raise ConfigError(f"--keep-best {args.keep_best} keeps a checkpoint: add --out DIR.")
         plugins.append(KeepBest(args.keep_best))
-    trainer = Trainer(
+    return Trainer(
         recipe,
         args.backend,
         out_dir=args.out,
@@ -53,43 +80,36 @@ def cmd_train(args: argparse.Namespace) -> int:
         max_skipped=args.max_skipped,
         max_loss_growth=args.max_loss_growth,
     )
-    rank = trainer.backend.rank  # fit() leaves the process group, which resets it
-    summary = trainer.fit()
-    if summary.interrupted:
-        where = (
-            f"; checkpoint {summary.checkpoint}"
-            if summary.checkpoint
-            else f" (rank {rank}: rank 0 saves)"
-            if rank != 0 and args.out
-            else " (no --out: nothing saved)"
-        )
-        print(f"polytrain train: {summary.stop_reason}{where}", file=sys.stderr)
-        signum = trainer.stop.number or 2
-        return 128 + signum
-    if rank != 0:  # rank 0 reports for the job
-        return 0
-    if summary.stop_reason != "completed":  # an early stop or a plugin's clean stop
-        print(f"polytrain train: {summary.stop_reason}", file=sys.stderr)
-    if args.json:
-        print(json.dumps(summary.to_dict(), indent=2))
-        return 0
+
+
+def _interrupted(args: argparse.Namespace, summary: Summary, rank: int, signum: int) -> int:
+    """The line of a run a signal stopped (where its checkpoint is) and its exit status."""
+    where = (
+        f"; checkpoint {summary.checkpoint}"
+        if summary.checkpoint
+        else f" (rank {rank}: rank 0 saves)"
+        if rank != 0 and args.out
+        else " (no --out: nothing saved)"
+    )
+    print(f"polytrain train: {summary.stop_reason}{where}", file=sys.stderr)
+    return 128 + (signum or 2)
+
+
+def _summary_table(title: str, summary: Summary, recipe: Recipe) -> Any:
+    """One row per epoch: loss, the metric in its unit, time; perplexity for sequences."""
     metric = recipe.metric_spec()
     counts = metric.counts
     rows = [
         [
             e.epoch + 1,
             f"{e.train_loss:.4f}",
-            _metric_text(e.train_accuracy, counts),
-            "-" if e.test_accuracy is None else _metric_text(e.test_accuracy, counts),
+            _metric_text(e.train_metric, counts),
+            "-" if e.test_metric is None else _metric_text(e.test_metric, counts),
             f"{e.seconds:.1f}",
             f"{e.samples_per_second:.0f}",
         ]
         for e in summary.epochs
     ]
-    title = (
-        f"{trainer.backend.name} {trainer.backend.version()}: {recipe.model_name} on "
-        f"{recipe.data or recipe.dataset}"
-    )
     unit = " %" if counts else ""
     columns = [
         "epoch",
@@ -104,8 +124,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         for row, e in zip(rows, summary.epochs, strict=True):
             ppl = e.test_perplexity
             row += ["-" if ppl is None else f"{ppl:.3f}", f"{e.tokens_per_second or 0:.0f}"]
-    make_console().print(make_table(title, columns, rows))
-    return 0
+    return make_table(title, columns, rows)
 
 
 def cmd_recipe(args: argparse.Namespace) -> int:

@@ -98,7 +98,8 @@ def obeyed(code: int, sig: int) -> bool:
     return sig > 0 and code in (-sig, 128 + sig)
 
 
-def main(argv: list[str]) -> int:
+def _parse(argv: list[str]) -> tuple[Path | None, Path | None, str, list[str]]:
+    """``--log-dir``, ``--status-dir``, ``--rank-var`` and the command after ``--``."""
     log_dir = status_dir = rank_var = None
     while argv and argv[0] != "--":
         flag, value, argv = argv[0], argv[1] if len(argv) > 1 else "", argv[2:]
@@ -113,6 +114,23 @@ def main(argv: list[str]) -> int:
     cmd = argv[1:]
     if not cmd or not rank_var:
         sys.exit(USAGE)
+    return log_dir, status_dir, rank_var, cmd
+
+
+def _write_status(
+    status_dir: Path, rank: int, pid: int, code: int, ended: float, reason: str
+) -> None:
+    """``rank<N>.json`` in ``status_dir``: how the worker ended (written whole)."""
+    record: dict[str, float | str] = {"rank": rank, "pid": pid, "code": code, "time": ended}
+    if reason:
+        record["reason"] = reason
+    tmp = status_dir / f".rank{rank}.json.tmp"
+    tmp.write_text(json.dumps(record))
+    tmp.replace(status_dir / f"rank{rank}.json")
+
+
+def main(argv: list[str]) -> int:
+    log_dir, status_dir, rank_var, cmd = _parse(argv)
     rank = rank_from_env(rank_var)
     parent = os.getppid()
     die_with_parent(signal.SIGTERM)  # forwarded below: the worker saves, then ends
@@ -144,14 +162,7 @@ def main(argv: list[str]) -> int:
     if reason:  # the log cannot hold the worker's own last words: say it here
         print(f"polytrain launch: worker rank {rank}: {reason}", file=sys.stderr, flush=True)
     if status_dir is not None:
-        record: dict[str, float | str] = {
-            "rank": rank, "pid": child.pid, "code": code, "time": ended
-        }  # fmt: skip
-        if reason:
-            record["reason"] = reason
-        tmp = status_dir / f".rank{rank}.json.tmp"
-        tmp.write_text(json.dumps(record))
-        tmp.replace(status_dir / f"rank{rank}.json")
+        _write_status(status_dir, rank, child.pid, code, ended, reason)
     if output is not None:
         output.close()
     if obeyed(code, requested_stop(status_dir)):

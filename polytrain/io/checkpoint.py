@@ -108,16 +108,7 @@ def save_checkpoint(
     if param_dtype not in ("float32", "float64"):
         raise CheckpointError(f"param_dtype must be float32 or float64, not {param_dtype!r}.")
     target = Path(directory).absolute()
-    model = {
-        name: _array(f"parameter {name!r}", value, floats=np.dtype(param_dtype))
-        for name, value in params.items()
-    }
-    if spec is not None:
-        problems = _shape_problems(
-            {n: a.shape for n, a in model.items()}, spec.parameter_shapes(), "given"
-        )
-        if problems:
-            raise CheckpointError(f"The parameters do not match model {spec.name!r}:\n{problems}")
+    model = _model_arrays(params, spec, np.dtype(param_dtype))
     tensors = {MODEL_FILE: model}
     optimizer = None
     if optimizer_state is not None:
@@ -143,18 +134,49 @@ def save_checkpoint(
         "history": _jsonable("history", list(history or [])),
         "extra": _jsonable("extra", dict(extra or {})),
     }
+    blobs = _tensor_files(tensors, manifest["files"])
+    blobs[MANIFEST_FILE] = (json.dumps(manifest, indent=1) + "\n").encode("utf-8")
+    _write_directory(target, blobs)
+    return target
+
+
+def _model_arrays(
+    params: Mapping[str, Any], spec: ModelSpec | None, floats: np.dtype
+) -> dict[str, np.ndarray]:
+    """The parameters as arrays of ``floats``, their shapes checked against ``spec``."""
+    model = {
+        name: _array(f"parameter {name!r}", value, floats=floats) for name, value in params.items()
+    }
+    if spec is not None:
+        problems = _shape_problems(
+            {n: a.shape for n, a in model.items()}, spec.parameter_shapes(), "given"
+        )
+        if problems:
+            raise CheckpointError(f"The parameters do not match model {spec.name!r}:\n{problems}")
+    return model
+
+
+def _tensor_files(
+    tensors: Mapping[str, Mapping[str, np.ndarray]], entries: dict[str, Any]
+) -> dict[str, bytes]:
+    """Each safetensors file's bytes; its hash, size and tensors go into ``entries``
+    (the manifest's ``files``)."""
     blobs: dict[str, bytes] = {}
     for fname, arrays in tensors.items():
-        blobs[fname] = stnp.save(arrays)
-        manifest["files"][fname] = {
+        blobs[fname] = stnp.save(dict(arrays))
+        entries[fname] = {
             "sha256": hashlib.sha256(blobs[fname]).hexdigest(),
             "size": len(blobs[fname]),
             "tensors": {
                 n: {"shape": list(a.shape), "dtype": str(a.dtype)} for n, a in arrays.items()
             },
         }
-    blobs[MANIFEST_FILE] = (json.dumps(manifest, indent=1) + "\n").encode("utf-8")
+    return blobs
 
+
+def _write_directory(target: Path, blobs: Mapping[str, bytes]) -> None:
+    """Write the files (the manifest last) into a new folder and rename it to ``target``;
+    an old ``target`` is replaced only once the new one is complete."""
     _check_replaceable(target)
     if not target.parent.is_dir():
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -178,7 +200,6 @@ def save_checkpoint(
         _recover(target)  # put the old checkpoint back, remove the temporary directory
         raise
     shutil.rmtree(aside, ignore_errors=True)
-    return target
 
 
 def _array(what: str, value: Any, *, floats: np.dtype | None = None) -> np.ndarray:

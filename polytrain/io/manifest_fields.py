@@ -96,7 +96,9 @@ EPOCH = {  # an epoch record's fields that are never null; the others: numbers o
     "epoch": COUNT,
     "steps": COUNT,
     "train_loss": NUMBER,
-    "train_accuracy": NUMBER,
+    "train_metric": NUMBER,
+    "train_accuracy": NUMBER,  # train_metric's name in older checkpoints
+    "metric": TEXT,
     "seconds": RATE,
     "samples_per_second": RATE,
 }

@@ -37,7 +37,7 @@ def forward(spec: ModelSpec, params: dict[str, np.ndarray], x: np.ndarray) -> np
     return _run(spec.net, "", p, x.astype(np.float64))
 
 
-def _run(layer: Layer, path: str, p: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+def _run(layer: Layer, path: str, p: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:  # noqa: C901 - one branch per layer kind
     def key(name: str) -> str:
         return f"{path}.{name}" if path else name
 

@@ -86,7 +86,7 @@ def _forward(layer: Layer, path: str, p: Params, x: np.ndarray, train: bool) -> 
     return reference._run(layer, path, p, x)
 
 
-def _backward(
+def _backward(  # noqa: C901 - one branch per layer kind
     layer: Layer, path: str, p: Params, x: np.ndarray, g: np.ndarray, train: bool, grads: Params
 ) -> np.ndarray:
     """Gradient w.r.t. ``x`` of ``layer`` given ``g`` = d(loss)/d(output); adds the

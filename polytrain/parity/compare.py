@@ -42,9 +42,11 @@ import numpy as np
 from polytrain.distributed.worker_log import die_with_parent
 from polytrain.errors import ConfigError, OutputError, PolytrainError
 from polytrain.io.run_dir import METRICS_FILE, lock_run_dir, run_contents, writable_dir
+from polytrain.neutral.losses import parse_metric
 from polytrain.neutral.models import ModelSpec
 from polytrain.parity.lockstep import LockstepResult, lockstep
 from polytrain.parity.results import BackendRun, Comparison, PairDiff, Tolerances
+from polytrain.plugins.records import upgrade_epoch
 from polytrain.training.builtin_plugins import read_metrics
 from polytrain.training.recipe import Recipe
 from polytrain.training.trainer import load_datasets
@@ -129,6 +131,7 @@ def parse_run(backend: str, records: list[dict[str, Any]], returncode: int = 0) 
     if start is None:
         raise PolytrainError(f"The {backend} metrics file has no start record.")
     steps = [r for r in records if r["event"] == "step"]
+    label = parse_metric((start.get("recipe") or {}).get("metric", "accuracy")).label
     return BackendRun(
         backend=backend,
         framework_version=start["framework_version"],
@@ -136,7 +139,7 @@ def parse_run(backend: str, records: list[dict[str, Any]], returncode: int = 0) 
         threads=start["threads"],
         step_losses=[s["loss"] for s in steps],
         grad_norms=[s.get("grad_norm") for s in steps],
-        epochs=[r for r in records if r["event"] == "epoch"],
+        epochs=[upgrade_epoch(r, label) for r in records if r["event"] == "epoch"],
         seconds=float(end.get("seconds", 0.0)),
         peak_rss_mb=end.get("peak_rss_mb"),
         returncode=returncode,
@@ -151,8 +154,8 @@ def diff_pair(a: BackendRun, b: BackendRun, tol: Tolerances) -> PairDiff:
     everywhere = np.abs(np.subtract(a.step_losses[:m], b.step_losses[:m]))
     over = np.nonzero(everywhere > tol.diverged_at)[0]
     acc = None
-    if a.final.get("test_accuracy") is not None and b.final.get("test_accuracy") is not None:
-        acc = 100 * abs(a.final["test_accuracy"] - b.final["test_accuracy"])
+    if a.final.get("test_metric") is not None and b.final.get("test_metric") is not None:
+        acc = 100 * abs(a.final["test_metric"] - b.final["test_metric"])
     loss = None
     if a.final and b.final:
         loss = abs(a.final["train_loss"] - b.final["train_loss"])

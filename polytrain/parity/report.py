@@ -59,7 +59,7 @@ def table(result: Comparison) -> Any:
             run.framework_version,
             ",".join(run.devices),
             f"{f['train_loss']:.6f}" if f else "-",
-            f"{100 * f['test_accuracy']:.2f}" if f.get("test_accuracy") is not None else "-",
+            f"{100 * f['test_metric']:.2f}" if f.get("test_metric") is not None else "-",
             f"{run.samples_per_second:.0f}",
             f"{run.seconds_per_epoch:.1f}",
             f"{run.peak_rss_mb:.0f}" if run.peak_rss_mb else "-",
@@ -170,7 +170,7 @@ def write_plot(result: Comparison, path: Path) -> None:
         # to the side of its epoch (at most 0.2 of an epoch in all)
         shift = 0.2 * (i - (len(result.runs) - 1) / 2) / max(len(result.runs) - 1, 1)
         epochs = [e["epoch"] + 1 + shift for e in run.epochs]
-        accs = [100 * (e["test_accuracy"] or 0) for e in run.epochs]
+        accs = [100 * (e["test_metric"] or 0) for e in run.epochs]
         ax_acc.plot(
             epochs, accs, marker="o", color=c, ls="-" if i == 0 else "--", label=run.backend
         )

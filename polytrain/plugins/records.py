@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -56,17 +57,30 @@ class StepRecord:
         return asdict(self)
 
 
+# the epoch record's fields before they were named for any metric (files of older runs)
+LEGACY_EPOCH_KEYS = {
+    "train_accuracy": "train_metric",
+    "test_accuracy": "test_metric",
+    "val_accuracy": "val_metric",
+}
+
+METRIC_FIELDS = tuple(LEGACY_EPOCH_KEYS.values())
+
+
 @dataclass
 class EpochRecord:
-    """One epoch's metrics; accuracies are fractions in [0, 1]."""
+    """One epoch's numbers. ``train_metric``, ``test_metric`` and ``val_metric`` hold the
+    recipe's metric, named by ``metric`` (``MetricSpec.label``): a share of samples in
+    [0, 1] for ``accuracy`` and ``top-k``, the mean error itself for ``mse``."""
 
     epoch: int
     train_loss: float
-    train_accuracy: float
-    test_accuracy: float | None
+    train_metric: float
+    test_metric: float | None
     seconds: float
     samples_per_second: float
-    val_accuracy: float | None = None
+    val_metric: float | None = None
+    metric: str = "accuracy"
     steps: int = 0
     # sequence targets ([N, T] labels) only: exp of the mean token cross-entropy (train:
     # of the training loss, when it is plain cross-entropy) and target tokens per second
@@ -76,6 +90,53 @@ class EpochRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], metric: str | None = None) -> EpochRecord:
+        """A record as :meth:`to_dict` wrote it, or as an older polytrain did
+        (:func:`upgrade_epoch`)."""
+        return cls(**upgrade_epoch(data, metric))
+
+    def named_numbers(self) -> dict[str, float | None]:
+        """The record's numbers (not ``epoch``, ``steps``), the metric's under the metric's
+        name (``train_accuracy``, ``test_mse``, ``val_top_5``): what trackers log."""
+        return {
+            tracker_key(key, self.metric): value
+            for key, value in self.to_dict().items()
+            if key not in ("epoch", "steps", "metric")
+        }
+
+    # the older names, read-only: scripts that read ``summary.final.test_accuracy`` go on
+    @property
+    def train_accuracy(self) -> float:
+        return self.train_metric
+
+    @property
+    def test_accuracy(self) -> float | None:
+        return self.test_metric
+
+    @property
+    def val_accuracy(self) -> float | None:
+        return self.val_metric
+
+
+def tracker_key(key: str, metric: str) -> str:
+    """An epoch record's key as trackers name it: a metric's field by the metric
+    (``train_metric`` of accuracy: ``train_accuracy``; ``test_metric`` of mse: ``test_mse``)."""
+    return key.replace("metric", metric.replace("-", "_")) if key in METRIC_FIELDS else key
+
+
+def upgrade_epoch(data: Mapping[str, Any], metric: str | None = None) -> dict[str, Any]:
+    """An epoch record's dict with the keys of older files (``test_accuracy``, ...) under
+    their names now; ``metric`` (the label of the run's recipe's metric) names the metric
+    of a record that does not say (older files held any metric under the accuracy keys)."""
+    out = {k: v for k, v in data.items() if k not in LEGACY_EPOCH_KEYS}
+    for old, new in LEGACY_EPOCH_KEYS.items():
+        if old in data and new not in out:
+            out[new] = data[old]
+    if metric is not None:
+        out.setdefault("metric", metric)
+    return out
 
 
 @dataclass

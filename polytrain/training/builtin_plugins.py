@@ -79,7 +79,7 @@ class ProgressBar:
             self._bar = None
         if self.enabled and run.is_main:
             metric = parse_metric(run.recipe.get("metric", "accuracy"))
-            test = "-" if epoch.test_accuracy is None else metric.shown(epoch.test_accuracy)
+            test = "-" if epoch.test_metric is None else metric.shown(epoch.test_metric)
             ppl = (
                 ""
                 if epoch.test_perplexity is None
@@ -87,7 +87,7 @@ class ProgressBar:
             )
             print(
                 f"epoch {epoch.epoch + 1}/{run.epochs}: loss {epoch.train_loss:.4f}, "
-                f"train {metric.label} {metric.shown(epoch.train_accuracy)}, "
+                f"train {metric.label} {metric.shown(epoch.train_metric)}, "
                 f"test {metric.label} {test}, {ppl}"
                 f"{epoch.seconds:.1f} s, {epoch.samples_per_second:.0f} samples/s",
                 file=sys.stderr,

@@ -41,8 +41,15 @@ RESUME_INVARIANTS = ("model", "dataset", "batch_size", "seed", "optimizer", "tra
                      "val_split", "drop_last")  # fmt: skip
 # The trainer's part of a manifest's ``extra``: (rules, required keys) per key
 EXTRA_FIELDS = {
-    "partial_epoch": (
-        {"step": COUNT, "loss_sum": NUMBER, "correct": NUMBER, "seen": COUNT, "seconds": RATE},
+    "partial_epoch": (  # correct: metric_sum's name in older checkpoints
+        {
+            "step": COUNT,
+            "loss_sum": NUMBER,
+            "metric_sum": NUMBER,
+            "correct": NUMBER,
+            "seen": COUNT,
+            "seconds": RATE,
+        },
         ("step",),
     ),
     "health": ({"first_losses": NUMBERS, "steps": COUNT, "skipped": COUNT}, ()),

@@ -7,8 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from polytrain.errors import ConfigError
+from polytrain.neutral.losses import parse_metric
 from polytrain.plugins.hookspecs import hookimpl
-from polytrain.plugins.records import EpochRecord, RunInfo, StepRecord, Summary
+from polytrain.plugins.records import (
+    METRIC_FIELDS,
+    EpochRecord,
+    RunInfo,
+    StepRecord,
+    Summary,
+    tracker_key,
+)
 from polytrain.utils.fileio import atomic_path
 
 
@@ -43,12 +51,14 @@ class CurvesPlot:
             ax_loss.plot(xs, ys, lw=0.8)
         ax_loss.set(title="training loss", xlabel="step", ylabel="cross-entropy")
         epochs = [e.epoch + 1 for e in self.epochs]
-        ax_acc.plot(epochs, [100 * e.train_accuracy for e in self.epochs], "o-", label="train")
-        for key, label in (("test_accuracy", "test"), ("val_accuracy", "validation")):
+        metric = parse_metric(run.recipe.get("metric", "accuracy"))
+        scale = 100 if metric.counts else 1  # a share of samples in percent, mse as it is
+        for key, label in (("train_metric", "train"), ("test_metric", "test"),
+                           ("val_metric", "validation")):  # fmt: skip
             values = [getattr(e, key) for e in self.epochs]
             if any(v is not None for v in values):
-                ax_acc.plot(epochs, [100 * (v or 0) for v in values], "o-", label=label)
-        ax_acc.set(title="accuracy", xlabel="epoch", ylabel="%")
+                ax_acc.plot(epochs, [scale * (v or 0) for v in values], "o-", label=label)
+        ax_acc.set(title=metric.label, xlabel="epoch", ylabel="%" if metric.counts else "")
         ax_acc.xaxis.get_major_locator().set_params(integer=True)
         ax_acc.legend()
         fig.suptitle(f"{run.model} on {run.dataset}: {run.backend} {run.framework_version}")
@@ -95,11 +105,9 @@ class TensorBoardLogger:
         w = self._w()
         n = epoch.epoch + 1
         w.add_scalar("epoch/train_loss", epoch.train_loss, n)
-        w.add_scalar("epoch/train_accuracy", epoch.train_accuracy, n)
-        if epoch.test_accuracy is not None:
-            w.add_scalar("epoch/test_accuracy", epoch.test_accuracy, n)
-        if epoch.val_accuracy is not None:
-            w.add_scalar("epoch/val_accuracy", epoch.val_accuracy, n)
+        for key in METRIC_FIELDS:  # epoch/train_accuracy, epoch/test_mse, ...
+            if (value := getattr(epoch, key)) is not None:
+                w.add_scalar(f"epoch/{tracker_key(key, epoch.metric)}", value, n)
         w.add_scalar("epoch/samples_per_second", epoch.samples_per_second, n)
         w.flush()
 

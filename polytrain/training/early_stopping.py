@@ -18,12 +18,12 @@ def early_stop_reason(
     lower_is_better: bool = False,
     label: str = "accuracy",
 ) -> str | None:
-    """Why to stop now, or None: the validation metric (``val_accuracy``; an error such
+    """Why to stop now, or None: the validation metric (``val_metric``; an error such
     as MSE with ``lower_is_better``) has not beaten its best (strictly; the first epoch
     that reached it counts) for ``patience`` epochs."""
     if not patience:
         return None
-    scores = [e.val_accuracy for e in history if e.val_accuracy is not None]
+    scores = [e.val_metric for e in history if e.val_metric is not None]
     if not scores or len(scores) != len(history):
         return None
     best = scores.index(min(scores) if lower_is_better else max(scores))

@@ -9,24 +9,26 @@ from dataclasses import fields
 from polytrain.errors import ConfigError
 from polytrain.plugins.control import TrainControl
 from polytrain.plugins.hookspecs import hookimpl
-from polytrain.plugins.records import EpochRecord, RunInfo
+from polytrain.plugins.records import LEGACY_EPOCH_KEYS, EpochRecord, RunInfo
 from polytrain.training.recipe import Recipe
 
 # EpochRecord fields a run can be ranked by; speeds and counts are not a model's quality
-_NOT_QUALITY = {"epoch", "seconds", "samples_per_second", "steps", "tokens_per_second"}
+_NOT_QUALITY = {"epoch", "metric", "seconds", "samples_per_second", "steps", "tokens_per_second"}
 METRICS = tuple(f.name for f in fields(EpochRecord) if f.name not in _NOT_QUALITY)
 
 
 class KeepBest:
     """After each epoch whose ``metric`` (an :class:`EpochRecord` field, e.g.
-    ``val_accuracy``) is strictly the best so far (epochs before a resume count), that
-    epoch's checkpoint is also kept as ``checkpoints/<name>``. Losses and perplexities
-    count lower as better, and so do the accuracy fields of an error metric (mse)."""
+    ``val_metric``; the older names such as ``val_accuracy`` too) is strictly the best so
+    far (epochs before a resume count), that epoch's checkpoint is also kept as
+    ``checkpoints/<name>``. Losses and perplexities count lower as better, and so do the
+    metric fields of an error metric (mse)."""
 
-    def __init__(self, metric: str = "val_accuracy", name: str = "best") -> None:
-        if metric not in METRICS:
+    def __init__(self, metric: str = "val_metric", name: str = "best") -> None:
+        field = LEGACY_EPOCH_KEYS.get(metric, metric)
+        if field not in METRICS:
             raise ConfigError(f"--keep-best {metric!r}: choose one of {', '.join(METRICS)}.")
-        self.metric = metric
+        self.metric = field
         self.name = name
         self.lower_is_better = metric.endswith(("_loss", "_perplexity"))
 
@@ -37,7 +39,7 @@ class KeepBest:
             raise ConfigError(
                 f"--keep-best {self.metric} needs a validation set: add --val-split (e.g. 0.1)."
             )
-        if self.metric.endswith("_accuracy") and recipe.metric_spec().name == "mse":
+        if self.metric.endswith("_metric") and recipe.metric_spec().name == "mse":
             self.lower_is_better = True
 
     @hookimpl

@@ -13,6 +13,7 @@ import numpy as np
 
 from polytrain.errors import CheckpointError
 from polytrain.io.checkpoint import Checkpoint
+from polytrain.neutral.losses import parse_metric
 from polytrain.plugins.records import EpochRecord, StepRecord, Summary
 from polytrain.training.evaluation import Evaluation, by_split
 from polytrain.training.step import StepResult
@@ -24,7 +25,7 @@ class EpochProgress:
 
     step: int = 0
     loss_sum: float = 0.0
-    correct: float = 0  # the metric's sum (a count for accuracy)
+    metric_sum: float = 0  # the metric summed over the samples seen (a count for accuracy)
     seen: int = 0
     seconds: float = 0.0
 
@@ -33,7 +34,7 @@ class EpochProgress:
         if not np.isfinite(result.loss_sum):  # an fp16 step the scaler skipped
             return
         self.loss_sum += result.loss_sum
-        self.correct += result.correct
+        self.metric_sum += result.metric_sum
         self.seen += result.samples
 
     @property
@@ -42,21 +43,32 @@ class EpochProgress:
 
     @property
     def mean_metric(self) -> float:
-        return self.correct / max(self.seen, 1)
+        return self.metric_sum / max(self.seen, 1)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EpochProgress:
+        """The sums a checkpoint saved; an older one's ``correct`` is the metric's sum."""
+        sums = dict(data)
+        if "correct" in sums:
+            sums.setdefault("metric_sum", sums.pop("correct"))
+        return cls(**sums)
 
     def record(
-        self, epoch: int, evaluations: list[Evaluation], tokens: int, plain_loss: bool
-    ) -> EpochRecord:
+        self, epoch: int, evaluations: list[Evaluation], tokens: int, plain_loss: bool,
+        metric: str,
+    ) -> EpochRecord:  # fmt: skip
         """The finished epoch's record; ``tokens``: positions per sample of sequence
-        targets (0: none), ``plain_loss``: the loss is plain cross-entropy."""
+        targets (0: none), ``plain_loss``: the loss is plain cross-entropy, ``metric``:
+        the metric's label."""
         test, val = by_split(evaluations, "test"), by_split(evaluations, "validation")
         seconds = self.seconds
         return EpochRecord(
             epoch=epoch,
             train_loss=self.mean_loss,
-            train_accuracy=self.mean_metric,
-            test_accuracy=test.metric if test else None,
-            val_accuracy=val.metric if val else None,
+            train_metric=self.mean_metric,
+            test_metric=test.metric if test else None,
+            val_metric=val.metric if val else None,
+            metric=metric,
             seconds=seconds,
             samples_per_second=self.seen / seconds if seconds else 0.0,
             steps=self.step,
@@ -98,8 +110,9 @@ class RunPosition:
         extra = checkpoint.manifest.get("extra") or {}
         try:
             sums = extra.get("partial_epoch", {"step": int(saved["step"])})
-            self.partial = EpochProgress(**sums)
-            self.history = [EpochRecord(**h) for h in checkpoint.history or []]
+            self.partial = EpochProgress.from_dict(sums)
+            label = parse_metric((checkpoint.recipe or {}).get("metric", "accuracy")).label
+            self.history = [EpochRecord.from_dict(h, label) for h in checkpoint.history or []]
         except (TypeError, ValueError) as exc:
             raise CheckpointError(
                 f"{checkpoint.path}: the training position or history in its manifest is "

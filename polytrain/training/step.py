@@ -50,7 +50,7 @@ class StepResult:
     # the metric summed over the samples (a count for accuracy and top_k) as read at this
     # step: this step's, or with metrics_every > 1 an accuracy count of every step since
     # the last read (0 in between: the counts wait on the device)
-    correct: float
+    metric_sum: float
     samples: int
     skipped: bool = False  # fp16: a gradient was inf/nan, so no update (the scale backed off)
     stop_signal: int = 0  # a stop signal some process received: every process stops here
@@ -142,36 +142,36 @@ class StepRunner:
         self.steps_taken = step + 1
         masks = self.dropout_masks.step(step) if self.dropout_masks else contextlib.nullcontext()
         with masks, self._shapes_explained(x):
-            losses, corrects, replicas = self._forward_backward(x, y, denominator)
+            losses, metric_sums, replicas = self._forward_backward(x, y, denominator)
         if one_backward:
             self.optimizer.gradients_done()
         b.sync_gradients(model)
         loss_sum = sum(float(b.to_numpy(v)) for v in losses)
-        held = self.metrics_every > 1 and not any(isinstance(v, float) for v in corrects)
-        correct = 0 if held else self._metric_total(corrects, self._counts(y))
+        held = self.metrics_every > 1 and not any(isinstance(v, float) for v in metric_sums)
+        summed = 0 if held else self._metric_total(metric_sums, self._counts(y))
         total = len(x)
         if b.world_size > 1:  # report the global batch, as one process would
             asks = [float(stop_signal == signal.SIGTERM), float(stop_signal == signal.SIGINT)]
-            loss_sum, all_correct, all_total, terms, ints = b.allreduce_numbers(
-                [loss_sum, correct, len(x), *asks]
+            loss_sum, all_summed, all_total, terms, ints = b.allreduce_numbers(
+                [loss_sum, summed, len(x), *asks]
             )
-            correct = round(all_correct) if self._counts(y) else all_correct
+            summed = round(all_summed) if self._counts(y) else all_summed
             total = round(all_total)
             stop_signal = signal.SIGTERM if terms else signal.SIGINT if ints else 0
         finite = bool(np.isfinite(loss_sum))
         if held and finite:  # a step without a finite loss counts nothing (EpochProgress)
-            self._hold(corrects, replicas, total)
+            self._hold(metric_sums, replicas, total)
             if self._held_steps >= self.metrics_every or self._held_samples >= EXACT_COUNT_SAMPLES:
-                correct = self.read_metrics()
+                summed = self.read_metrics()
         if not finite and mp.scaler is None:
             # no update from a non-finite loss: the weights stay the last good ones, so the
             # trainer can find the first layer that goes non-finite on this very batch
-            return StepResult(loss_sum, correct, total, skipped=True, stop_signal=stop_signal)
+            return StepResult(loss_sum, summed, total, skipped=True, stop_signal=stop_signal)
         skipped = not mp.unscale(model)
         if not skipped:
             self.clip_gradients()
             self.optimizer.step()
-        return StepResult(loss_sum, correct, total, skipped, stop_signal)
+        return StepResult(loss_sum, summed, total, skipped, stop_signal)
 
     def _hold(self, counts: list[Any], replicas: list[int], samples: int) -> None:
         """Add a step's per-shard counts to the device sums, one per replica."""
@@ -203,7 +203,7 @@ class StepRunner:
         per-shard summed losses, metric sums and replica indices."""
         b, model, mp = self.backend, self.model, self.mixed_precision
         losses: list[Any] = []
-        corrects: list[Any] = []
+        metric_sums: list[Any] = []
         replicas: list[int] = []
         count = self.metric.name == "accuracy" and y.ndim == 1  # by the count_correct verb
         for lo, hi in shard_bounds(len(x), self.accumulate, what="micro-batches"):
@@ -215,9 +215,9 @@ class StepRunner:
             )  # fmt: skip
             for i, (shard, yi) in enumerate(zip(shards, ys, strict=True)):
                 losses.append(shard.loss)
-                corrects.append(shard.correct if count else self._metric(shard.outputs, yi))
+                metric_sums.append(shard.correct if count else self._metric(shard.outputs, yi))
                 replicas.append(i)
-        return losses, corrects, replicas
+        return losses, metric_sums, replicas
 
     def _metric(self, outputs: Any, targets: Any) -> Any:
         """The metric's sum over a shard: accuracy of class rows by the backend's verb (no

@@ -31,7 +31,7 @@ from typing import IO, Any
 from polytrain.errors import ConfigError
 from polytrain.io.run_dir import CURVES_FILE, EPOCHS_CSV, METRICS_FILE, STEPS_CSV
 from polytrain.plugins.hookspecs import hookimpl
-from polytrain.plugins.records import EpochRecord, RunInfo, StepRecord, Summary
+from polytrain.plugins.records import LEGACY_EPOCH_KEYS, EpochRecord, RunInfo, StepRecord, Summary
 from polytrain.training.curves import TensorBoardLogger
 from polytrain.utils.fileio import atomic_write_text
 from polytrain.utils.signals import StopSignalled, stop_signals_interrupt
@@ -106,6 +106,15 @@ def require(module: str, tracker: str, extra: str) -> None:
         )
 
 
+# an older run's epochs.csv, which a resume appends to: its columns, by the names now
+OLD_EPOCH_COLUMNS = {
+    old: LEGACY_EPOCH_KEYS.get(old, old)
+    for old in ("epoch", "train_loss", "train_accuracy", "test_accuracy", "seconds",
+                "samples_per_second", "val_accuracy", "steps", "train_perplexity",
+                "test_perplexity", "tokens_per_second")
+}  # fmt: skip
+
+
 class CsvLogger:
     """One row per step in ``steps.csv`` and per epoch in ``epochs.csv`` (header once;
     appended on --resume), flushed at each epoch end. Rank 0 only."""
@@ -117,14 +126,19 @@ class CsvLogger:
         self.out_dir = Path(out_dir)
         self._files: dict[str, tuple[IO[str], csv.DictWriter[str]]] = {}
 
-    def _writer(self, name: str, columns: tuple[str, ...]) -> csv.DictWriter[str]:
+    def _writer(
+        self, name: str, columns: tuple[str, ...], older: tuple[str, ...] = ()
+    ) -> csv.DictWriter[str]:
+        """The file's writer; a file with the ``older`` columns goes on with them."""
         if name not in self._files:
             path = self.out_dir / name
             header = ",".join(columns)
             if path.exists() and path.stat().st_size:
                 with open(path, encoding="utf-8", newline="") as fh:
                     found = fh.readline().strip()
-                if found != header:
+                if older and found == ",".join(older):
+                    columns = older
+                elif found != header:
                     raise ConfigError(
                         f"{path} has other columns ({found}); move it away or use --overwrite."
                     )
@@ -146,7 +160,12 @@ class CsvLogger:
     @hookimpl
     def polytrain_epoch_end(self, run: RunInfo, epoch: EpochRecord) -> None:
         if run.is_main:
-            self._writer(EPOCHS_CSV, self.EPOCH_COLUMNS).writerow(epoch.to_dict())
+            old = tuple(OLD_EPOCH_COLUMNS)
+            writer = self._writer(EPOCHS_CSV, self.EPOCH_COLUMNS, old)
+            row = epoch.to_dict()
+            if writer.fieldnames == old:
+                row = {o: row[new] for o, new in OLD_EPOCH_COLUMNS.items()}
+            writer.writerow(row)
             for fh, _ in self._files.values():
                 fh.flush()
 
@@ -163,18 +182,14 @@ def param_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
-EPOCH_METRICS = [
-    f.name for f in fields(EpochRecord) if f.name not in ("epoch", "steps")
-]  # numbers per epoch, logged at step = the epoch's number (1, 2, ...)
-
-
 class MlflowTracker:
     """One MLflow run per training run, through :class:`mlflow.tracking.MlflowClient`.
 
     Params: the recipe (:func:`param_text`); tags: backend, framework version, model,
     dataset, devices. Metrics: ``loss``, ``lr`` (and ``grad_norm``) at each global step,
     sent in batches at epoch ends; the epoch record's numbers (``train_loss``,
-    ``test_accuracy``, ...) at step = epoch number. Artifacts at the end: the run's files,
+    ``test_accuracy`` or ``test_mse``: :meth:`EpochRecord.named_numbers`) at step = epoch
+    number. Artifacts at the end: the run's files,
     any comparison files in --out, and the final checkpoint under ``checkpoint/``.
     Store: ``$MLFLOW_TRACKING_URI`` when set, else ``sqlite:///<out>/mlflow.db`` with
     artifacts in ``<out>/mlartifacts``. Rank 0 only.
@@ -347,10 +362,9 @@ class MlflowTracker:
         from mlflow.entities import Metric
 
         now = _millis()
-        record = epoch.to_dict()
-        for key in EPOCH_METRICS:
-            if record[key] is not None:
-                self._pending.append(Metric(key, float(record[key]), now, epoch.epoch + 1))
+        for key, value in epoch.named_numbers().items():  # at step = the epoch's number
+            if value is not None:
+                self._pending.append(Metric(key, float(value), now, epoch.epoch + 1))
         with self._store("sending the epoch's metrics"):
             self._send()
 

@@ -284,7 +284,7 @@ class Trainer:
             self.save_checkpoint()
             return None
         tokens, plain = self.data.sequence_length(recipe), recipe.loss_spec().plain
-        return self.position.partial.record(epoch, found, tokens, plain)
+        return self.position.partial.record(epoch, found, tokens, plain, metric.label)
 
     def _progress(self, where: str) -> None:
         if self.watchdog is not None:
@@ -292,7 +292,7 @@ class Trainer:
 
     def _read_metrics(self) -> None:
         """Add the metric sums still held on the device to the epoch's (every process)."""
-        self.position.partial.correct += self.runner.read_metrics()
+        self.position.partial.metric_sum += self.runner.read_metrics()
 
     # -- checkpoints (polytrain.training.checkpointing) ---------------------------------------
 

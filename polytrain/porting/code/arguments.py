@@ -286,7 +286,7 @@ def _keyword(name: str, value: cst.BaseExpression, original: cst.Arg | None) -> 
     return cst.Arg(value=value, keyword=cst.Name(name), equal=equal)
 
 
-def convert_arguments(
+def convert_arguments(  # noqa: C901 - one step per rule of a mapping entry, in order
     entry: Entry, args: Sequence[cst.Arg], api: str, receiver: str | None = None
 ) -> Converted:
     """The converted call's target, arguments and wrapping layers (NotConverted if not).
