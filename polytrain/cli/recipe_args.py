@@ -35,7 +35,8 @@ def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
         "--model",
         default=d.model,
         help=f"{', '.join(MODELS)}; or your own: "
-        "pkg.module:factory (returns a ModelSpec) or a spec .json/.toml (docs/user-models.md)",
+        "pkg.module:factory (returns a ModelSpec, or a native model of --backend's "
+        "framework) or a spec .json/.toml (docs/user-models.md)",
     )
     p.add_argument("--dataset", default=d.dataset, help=", ".join([*DATASETS, *TEXT_DATASETS]))
     p.add_argument(
