@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from polytrain.cli.main import main
-from polytrain.errors import ConfigError, DataError
+from polytrain.errors import ConfigError, DataError, PolytrainError
 from polytrain.io.checkpoint import find_checkpoint, load_checkpoint
 from polytrain.parity.compare import compare
 from polytrain.plugins.registry import get_backend
@@ -185,3 +185,18 @@ def test_a_cli_resume_of_an_object_run_says_how(
     assert "native object passed from Python" in err and len(err.strip().splitlines()) == 1
     manifest = json.loads((find_checkpoint(tmp_path) / "manifest.json").read_text())
     assert manifest["model"]["spec"] is None
+
+
+def test_a_native_run_has_trackers_early_stopping_and_health_checks(
+    factories: ModuleType, data: str, tmp_path: Path
+) -> None:
+    recipe = Recipe(model=factories.torch_mlp(), data=data, epochs=6, early_stop=1,  # type: ignore[arg-type]
+                    val_split=0.25, **SMALL)  # fmt: skip
+    summary = Trainer(recipe, "torch", out_dir=tmp_path, log="csv", progress=False).fit()
+    assert summary.stop_reason.startswith("early stop"), summary.stop_reason
+    assert len(summary.epochs) < 6 and all(e.val_accuracy is not None for e in summary.epochs)
+    assert list(tmp_path.glob("*.csv")), sorted(p.name for p in tmp_path.iterdir())
+    diverging = Recipe(model=factories.torch_mlp(), data=data, epochs=2, batch_size=16,  # type: ignore[arg-type]
+                       optimizer="sgd", lr=1e6, precision="fp64")  # fmt: skip
+    with pytest.raises(PolytrainError, match="global step"):
+        Trainer(diverging, "torch", out_dir=tmp_path / "bad", progress=False).fit()
