@@ -43,7 +43,8 @@ def _add_what_options(p: argparse.ArgumentParser, d: Recipe) -> None:
         "--model",
         default=d.model,
         help=f"{', '.join(MODELS)}; or your own: "
-        "pkg.module:factory (returns a ModelSpec) or a spec .json/.toml (docs/user-models.md)",
+        "pkg.module:factory (returns a ModelSpec, or a native model of --backend's "
+        "framework) or a spec .json/.toml (docs/user-models.md)",
     )
     p.add_argument("--dataset", default=d.dataset, help=", ".join([*DATASETS, *TEXT_DATASETS]))
     p.add_argument(

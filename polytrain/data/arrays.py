@@ -106,14 +106,15 @@ def _stack(items: Any, where: str) -> tuple[np.ndarray, np.ndarray]:
 
 def as_split(
     data: Any,
-    spec: ModelSpec,
+    spec: ModelSpec | None,
     loss: LossSpec,
     metric: MetricSpec,
     where: str,
     origin: Mapping[str, str] | None = None,
 ) -> UserArrays:
     """``data`` -- an ``(x, y)`` pair of arrays, an :class:`ArrayDataset`, or an indexable
-    object of ``(x, y)`` samples -- checked against the model's input and the loss."""
+    object of ``(x, y)`` samples -- checked against the model's input and the loss; without
+    a spec (a native model: a probe forward checks it) as it is, integers kept as ids."""
     if isinstance(data, ArrayDataset):
         x, y = data.x, data.y
     elif isinstance(data, tuple) and len(data) == 2 and all(hasattr(a, "shape") for a in data):
@@ -124,6 +125,8 @@ def as_split(
         raise DataError(f"{where}: {len(x)} inputs but {len(y)} targets; one target per input.")
     if len(x) == 0:
         raise DataError(f"{where}: the dataset is empty (0 samples).")
+    if spec is None:
+        return _unchecked(x, y, where, origin)
     want = tuple(spec.input_shape)
     if x.shape[1:] != want and x.shape[1:] == want[1:] and want[:1] == (1,):
         x = x[:, None]  # [N, H, W] as one channel
@@ -157,8 +160,27 @@ def as_split(
     return UserArrays(np.ascontiguousarray(x), np.ascontiguousarray(y), source=where, origin=origin)
 
 
+def _unchecked(
+    x: np.ndarray, y: np.ndarray, where: str, origin: Mapping[str, str] | None
+) -> UserArrays:
+    """A split for a native model: uint8 scaled, other floats float32 (float64 kept),
+    integers as int64 ids; the model's probe forward checks the shapes and the targets."""
+    if x.dtype == np.uint8:
+        x = x.astype(np.float32) / np.float32(255)
+    elif x.dtype.kind in "iu":
+        x = x.astype(np.int64)
+    elif x.dtype.kind != "f":
+        raise DataError(f"{where}: inputs must be numbers, got {x.dtype}.")
+    elif x.dtype != np.float64:
+        x = x.astype(np.float32)
+    if y.dtype.kind not in "iuf":
+        raise DataError(f"{where}: targets must be numbers, got {y.dtype}.")
+    y = y.astype(np.int64) if y.dtype.kind in "iu" else y.astype(np.promote_types(y.dtype, "f4"))
+    return UserArrays(np.ascontiguousarray(x), np.ascontiguousarray(y), source=where, origin=origin)
+
+
 def load_npz(
-    path: str | os.PathLike[str], spec: ModelSpec, loss: LossSpec, metric: MetricSpec
+    path: str | os.PathLike[str], spec: ModelSpec | None, loss: LossSpec, metric: MetricSpec
 ) -> dict[str, UserArrays]:
     """The splits of an ``.npz``: ``x_train``, ``y_train`` (required), ``x_test``, ``y_test``
     (optional, both or neither). Other keys are refused (a typo would go unnoticed)."""

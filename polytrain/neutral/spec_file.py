@@ -15,7 +15,7 @@ import json
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from polytrain.errors import ConfigError
 from polytrain.neutral import spec_check
@@ -67,9 +67,9 @@ def spec_to_file(spec: ModelSpec, path: str | os.PathLike[str]) -> Path:
     return file
 
 
-def spec_from_factory(ref: str) -> ModelSpec:
-    """``pkg.module:factory``: imported (the working directory is searched last) and called
-    with no arguments; it must return a ModelSpec (a ModelSpec attribute is taken as is)."""
+def factory_result(ref: str) -> Any:
+    """``pkg.module:factory`` imported (the working directory is searched last) and called
+    with no arguments: whatever it returns (a ModelSpec attribute is taken as is)."""
     module_name, _, attr = ref.partition(":")
     if not module_name or not attr:
         raise ConfigError(f"--model {ref!r} is not pkg.module:factory (e.g. mymodels:small_cnn).")
@@ -79,11 +79,14 @@ def spec_from_factory(ref: str) -> ModelSpec:
         if not hasattr(found, part):
             raise ConfigError(f"{module_name} has no {attr!r} (from --model {ref!r}).")
         found = getattr(found, part)
-    spec = (
-        call_user(found, f"--model {ref!r}")
-        if callable(found) and not isinstance(found, ModelSpec)
-        else found
-    )
+    if callable(found) and not isinstance(found, ModelSpec):
+        return call_user(found, f"--model {ref!r}")
+    return found
+
+
+def spec_from_factory(ref: str) -> ModelSpec:
+    """``pkg.module:factory`` (:func:`factory_result`); it must return a ModelSpec."""
+    spec = factory_result(ref)
     if not isinstance(spec, ModelSpec):
         raise ConfigError(
             f"--model {ref!r} gave a {type(spec).__name__}, not a polytrain ModelSpec "
@@ -102,6 +105,16 @@ def _import(module_name: str, ref: str) -> Any:
             f"--model {ref!r}: importing {module_name!r} failed: {type(exc).__name__}: "
             f"{exc}{traceback_hint()}"
         ) from exc
+
+
+def is_factory_reference(ref: object) -> TypeGuard[str]:
+    """Whether ``ref`` is ``pkg.module:factory`` (not a built-in name or a spec file)."""
+    return (
+        isinstance(ref, str)
+        and ref not in MODELS
+        and ":" in ref
+        and not ref.endswith(SPEC_SUFFIXES)
+    )
 
 
 def is_spec_reference(ref: str | ModelSpec) -> bool:

@@ -48,6 +48,7 @@ from polytrain.parity.lockstep import LockstepResult, lockstep
 from polytrain.parity.results import BackendRun, Comparison, PairDiff, Tolerances
 from polytrain.plugins.records import upgrade_epoch
 from polytrain.training.builtin_plugins import read_metrics
+from polytrain.training.native_model import needs_spec
 from polytrain.training.recipe import Recipe
 from polytrain.training.trainer import load_datasets
 from polytrain.utils.fileio import atomic_write_bytes
@@ -244,6 +245,7 @@ def compare(
         raise ConfigError(f"A backend is listed twice: {', '.join(backends)}.")
     if reference is not None and reference not in backends:
         raise ConfigError(f"--reference {reference!r} is not among --backends {backends}.")
+    needs_spec(recipe, "polytrain compare")
     reference = reference or backends[0]
     backends = [reference] + [b for b in backends if b != reference]
     tol = tolerances or Tolerances()

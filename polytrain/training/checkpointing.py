@@ -65,7 +65,7 @@ class CheckpointedRun(Protocol):
     model: Model
     optimizer: Optimizer
     runner: StepRunner
-    spec: ModelSpec
+    spec: ModelSpec | None  # None: the user's native model (its tensors by name, no spec)
     devices: list[Any]
     data: Datasets
     control: TrainControl
@@ -106,7 +106,7 @@ class RunCheckpoints:
             params=backend.get_params(run.model),
             optimizer_state=run.optimizer.state_dict(),
             spec=run.spec,
-            model_name=run.spec.name,
+            model_name=run.spec.name if run.spec else run.recipe.model_name,
             backend=backend.name,
             framework_version=backend.version(),
             position=run.position.where(),

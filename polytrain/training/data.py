@@ -39,14 +39,16 @@ class Datasets:
         return int(y.shape[1]) if recipe.loss_spec().class_targets and y.ndim == 2 else 0
 
 
-def load_datasets(recipe: Recipe, spec: ModelSpec | None = None) -> Datasets:
+def load_datasets(
+    recipe: Recipe, spec: ModelSpec | None = None, *, unchecked: bool = False
+) -> Datasets:
     """Train/test (and validation) datasets of a recipe, cut to its sample limits: the
-    ``data`` .npz (checked against ``spec``, default the recipe's model), else the named
-    dataset."""
+    ``data`` .npz (checked against ``spec``, default the recipe's model; ``unchecked``: a
+    native model's, checked by its probe forward), else the named dataset."""
     train: ArrayDataset
     test: ArrayDataset | None
     if recipe.data is not None:
-        spec = spec or resolve_model_spec(recipe.model)
+        spec = None if unchecked else spec or resolve_model_spec(recipe.model)
         splits = load_npz(recipe.data, spec, recipe.loss_spec(), recipe.metric_spec())
         train, test = splits["train"], splits.get("test")
     else:
@@ -67,17 +69,20 @@ def cut_datasets(recipe: Recipe, train: ArrayDataset, test: ArrayDataset | None)
     return Datasets(train, test, val)
 
 
-def as_datasets(data: Any, recipe: Recipe, spec: ModelSpec) -> Datasets:
+def as_datasets(data: Any, recipe: Recipe, spec: ModelSpec | None) -> Datasets:
     """``Trainer(datasets=...)``: a :class:`Datasets`, or ``{"train": ..., "test": ...,
     "val": ...}`` (``test``/``val`` optional) of ``(x, y)`` array pairs, ArrayDatasets or
     indexable objects of ``(x, y)`` samples (:mod:`polytrain.data.arrays`), or one such
-    value (the training set); None: the recipe's own data. Targets must suit the loss."""
+    value (the training set); None: the recipe's own data. Targets must suit the loss
+    (without a spec, a native model's: checked by its probe forward once it is built)."""
     if data is None:
-        found = load_datasets(recipe, spec)
+        found = load_datasets(recipe, spec, unchecked=spec is None)
     elif isinstance(data, Datasets):
         found = data
     else:
         found = _given_datasets(data, recipe, spec)
+    if spec is None:
+        return found
     loss, metric = recipe.loss_spec(), recipe.metric_spec()
     for name, part in found.parts().items():
         where = part.source or f"the {name} set"
@@ -85,7 +90,7 @@ def as_datasets(data: Any, recipe: Recipe, spec: ModelSpec) -> Datasets:
     return found
 
 
-def _given_datasets(data: Any, recipe: Recipe, spec: ModelSpec) -> Datasets:
+def _given_datasets(data: Any, recipe: Recipe, spec: ModelSpec | None) -> Datasets:
     """The caller's splits (a mapping, or the training set alone) as Datasets."""
     parts = dict(data) if isinstance(data, dict) else {"train": data}
     if set(parts) - set(SPLITS) or "train" not in parts:

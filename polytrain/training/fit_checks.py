@@ -36,14 +36,18 @@ def check_outputs(spec: ModelSpec) -> None:
 
 def check_layer_names(recipe: Recipe, spec: ModelSpec) -> None:
     """Every name of ``--layer-weight-decay`` is a layer or parameter of the model."""
-    names = list(spec.parameter_shapes())
+    check_names(recipe, list(spec.parameter_shapes()), spec.name)
+
+
+def check_names(recipe: Recipe, names: list[str], model: str) -> None:
+    """Every name of ``--layer-weight-decay`` is a layer of, or one of, ``names``."""
     for prefix in recipe.per_layer_weight_decay:
         if not any(n == prefix or n.startswith(prefix + ".") for n in names):
             layers = sorted({n.rpartition(".")[0] for n in names if "." in n})
             shown = ", ".join(layers[:12]) + (", ..." if len(layers) > 12 else "")
             raise ConfigError(
                 f"--layer-weight-decay names {prefix!r}, which is no layer or parameter of "
-                f"model {spec.name!r}; its layers: {shown}."
+                f"model {model!r}; its layers: {shown}."
             )
 
 

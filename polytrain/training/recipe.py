@@ -28,8 +28,9 @@ class Recipe:
     (2.30) and reaches 84.5 % test accuracy on every backend (docs/default-recipe.md; the
     former default, SGD momentum 0.9 lr 0.05, spiked to 4.4 at step 17)."""
 
-    # a built-in name, pkg.module:factory, a spec .json/.toml (a path too), or a ModelSpec
-    model: str | ModelSpec = "lenet"
+    # a built-in name, pkg.module:factory, a spec .json/.toml (a path too), a ModelSpec, or
+    # a native model object of the backend's framework (polytrain.training.native_model)
+    model: str | ModelSpec | Any = "lenet"
     dataset: str = "fashion-mnist"
     data: str | None = None  # an .npz of x_train, y_train[, x_test, y_test]: replaces dataset
     loss: str | dict[str, Any] = "cross_entropy"  # a name or {"name": ..., options}
@@ -161,13 +162,19 @@ class Recipe:
 
     @property
     def model_name(self) -> str:
-        """The model as the run's records name it: the reference, or a spec's name."""
-        return self.model.name if isinstance(self.model, ModelSpec) else self.model
+        """The model as the run's records name it: the reference, a spec's name, or a
+        native object's ``native:FRAMEWORK:module.Class``."""
+        if isinstance(self.model, ModelSpec):
+            return self.model.name
+        return self.model if isinstance(self.model, str) else _native_label(self.model)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (JSON and TOML): a ModelSpec becomes its dict (``spec_to_dict``)."""
+        """Plain data (JSON and TOML): a ModelSpec becomes its dict (``spec_to_dict``), a
+        native object its :attr:`model_name`."""
         if isinstance(self.model, ModelSpec):
             return {**asdict(replace(self, model="lenet")), "model": self.model.to_dict()}
+        if not isinstance(self.model, str):  # never deep-copied by asdict
+            return {**asdict(replace(self, model="lenet")), "model": self.model_name}
         return asdict(self)
 
     @classmethod
@@ -179,9 +186,16 @@ class Recipe:
         return cls(**data)
 
 
-def _model_reference(model: object) -> str | ModelSpec:
-    """``model`` as the recipe keeps it: a path as its string, a spec's dict as the spec;
-    anything else is one line saying what the field takes."""
+def _native_label(model: object) -> str:
+    from polytrain.training.native_objects import native_label  # it reads the plugins
+
+    return native_label(model)
+
+
+def _model_reference(model: object) -> str | ModelSpec | Any:
+    """``model`` as the recipe keeps it: a path as its string, a spec's dict as the spec, a
+    native model object as it is; anything else is one line saying what the field takes."""
+
     if isinstance(model, ModelSpec):
         return model
     if isinstance(model, dict):
@@ -190,9 +204,14 @@ def _model_reference(model: object) -> str | ModelSpec:
         return os.fsdecode(model)
     if isinstance(model, str) and model:
         return model
+    from polytrain.training.native_objects import native_framework  # it reads the plugins
+
+    if native_framework(model) is not None:
+        return model
     raise ConfigError(
         f"--model takes a built-in name, pkg.module:factory or a spec file (from Python, a "
-        f"ModelSpec too), got {type(model).__name__} {model!r:.60}."
+        f"ModelSpec or a torch, Paddle or Gluon model object too), got "
+        f"{type(model).__name__} {model!r:.60}."
     )
 
 

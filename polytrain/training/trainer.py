@@ -29,21 +29,14 @@ from polytrain.plugins.control import TrainControl
 from polytrain.plugins.guard import GuardedHooks
 from polytrain.plugins.records import EpochRecord, RunInfo, Summary
 from polytrain.plugins.registry import cluster_environments
-from polytrain.training.build import (
-    build_model,
-    describe_run,
-    make_backend,
-    make_loader,
-    make_step_runner,
-)
+from polytrain.training.build import describe_run, make_backend, make_loader, make_step_runner
 from polytrain.training.checkpointing import RunCheckpoints, model_spec_for
-from polytrain.training.compile_decision import choose_for_run
 from polytrain.training.data import Datasets, as_datasets, cut_datasets, load_datasets
 from polytrain.training.evaluation import evaluate_epoch, evaluate_split, first_problem
 from polytrain.training.events import event_plugins, register_plugin
-from polytrain.training.fit_checks import check_run_fits
 from polytrain.training.health import RunHealth
 from polytrain.training.inspection import StepInspector
+from polytrain.training.native_model import RunModel
 from polytrain.training.options import TrainerOptions
 from polytrain.training.position import EpochProgress, RunPosition, perplexity
 from polytrain.training.recipe import Recipe
@@ -99,9 +92,9 @@ class Trainer:
     def _build(self, backend: Backend | str | None) -> None:
         recipe = self.recipe
         self.backend = make_backend(backend, recipe, self.options, self.cluster.local_world_size)
-        self.spec: ModelSpec = model_spec_for(recipe, self.options.resume)
-        self.data = as_datasets(self.options.datasets, recipe, self.spec)
-        check_run_fits(recipe, self.spec, self.data.train)
+        self.source = RunModel.resolve(recipe, self.backend, self.options, self.cluster)
+        self.spec: ModelSpec | None = self.source.spec  # None: the user's native model
+        self.data = self.source.datasets(self.options.datasets, recipe)
         self.pm = event_plugins(recipe, self.options, self.out_dir)
         self.position = RunPosition()
         self.control = TrainControl(
@@ -128,13 +121,13 @@ class Trainer:
         and checkpoints; then the resumed state."""
         recipe, backend, options = self.recipe, self.backend, self.options
         self.loader = make_loader(self.data.train, recipe, backend)
-        self.compile_choice = choose_for_run(
-            backend, recipe, self.spec, len(self.loader), requested=options.fast,
-            inspect=options.inspect is not None, auto=auto_compile,
-        )  # fmt: skip
-        self.model = build_model(backend, self.spec, self.devices, recipe)
+        self.compile_choice = self.source.compile_choice(
+            backend, recipe, len(self.loader), options, auto=auto_compile
+        )
+        self.model = self.source.build(backend, self.devices, recipe)
         self.optimizer = backend.make_optimizer(self.model, recipe.optimizer_config())
         self.runner = make_step_runner(backend, self.model, self.optimizer, recipe, options)
+        self.source.check_fits(recipe, backend, self.model, self.runner, self.data)
         self.schedule = recipe.lr_schedule().resolve(recipe.total_steps(len(self.loader)))
         self.inspector = StepInspector(options.inspect, backend, self.model, self.devices[0])
         self.checkpoints = RunCheckpoints(self, self.out_dir, options.keep_checkpoints)
