@@ -53,13 +53,12 @@ def cmd_convert(args: argparse.Namespace) -> int:
 def _take_zoo_map(args: argparse.Namespace) -> list[str]:
     """``--zoo ZOO:MODEL``: the shipped map, checked against the input file, becomes
     ``args.map``; the notes saying so."""
-    from polytrain.io.zoo import load_zoo_map, plan_zoo, zoo_notes
+    from polytrain.io.zoo import load_zoo, plan_zoo, zoo_notes
 
     for flag, value in (("--map", args.map), ("--model", args.model)):
         if value is not None:
             raise ConfigError(f"--zoo {args.zoo} gives the map: drop {flag}.")
-    zmap = load_zoo_map(args.zoo)
-    classes, args.map = plan_zoo(args.input, args.to, zmap)
+    zmap, classes, args.map = plan_zoo(args.input, args.to, load_zoo(args.zoo))
     return zoo_notes(zmap, classes)
 
 

@@ -216,8 +216,9 @@ def _add_convert(sub: Subparsers) -> None:
         default=None,
         metavar="ZOO:MODEL",
         help="the map polytrain ships for a zoo model with a torchvision twin, e.g. "
-        "paddle:densenet121, gluon:resnet18_v1 (docs/porting.md, 'Zoo models without the "
-        "objects'); the file is checked against it",
+        "paddle:densenet121, gluon:resnet18_v1, or for a named NLP model into transformers: "
+        "paddlenlp:bert, paddlenlp:ernie, gluonnlp:bert (docs/porting.md, 'Zoo models "
+        "without the objects'); the file is checked against it",
     )
     p.add_argument(
         "--print-map",

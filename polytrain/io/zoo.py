@@ -14,6 +14,9 @@ A file is converted with a zoo map only when its names and shapes are the zoo mo
 the classifier's class count aside (a fine-tuned head): anything else is one
 CheckpointError naming what differs. The other direction, a torchvision state dict
 (``.pt``) into the zoo model's format, takes the same map.
+
+Named NLP models (``paddlenlp:bert``, ``paddlenlp:ernie``, ``gluonnlp:bert``) have one
+template per family instead, expanded for the file's size (polytrain/io/zoo_templates.py).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -34,66 +37,11 @@ from polytrain.errors import CheckpointError, ConfigError
 from polytrain.io import native as native_io
 from polytrain.io.convert import ConvertReport, convert
 from polytrain.io.native import NEUTRAL
+from polytrain.io.zoo_map import ZooMap, ZooTensor
+from polytrain.io.zoo_templates import ZooTemplate, read_template, template_index
 
 INDEX = "index.json"  # {"zoos": {prefix: {"format", "label"}}, "maps": {...}, "no_twin": {...}}
 _LIST_MAX = 6
-
-
-@dataclass(frozen=True)
-class ZooTensor:
-    """One entry of torchvision's state dict: its name and shape, and the tensor of the zoo
-    model's file that fills it (None: the target's own, e.g. ``num_batches_tracked``)."""
-
-    name: str
-    shape: tuple[int, ...]
-    native: str | None = None
-    transposed: bool = False
-
-
-@dataclass(frozen=True)
-class ZooMap:
-    """A shipped map: the zoo model ``key`` (``paddle:densenet121``) into ``torchvision``."""
-
-    key: str
-    framework: str  # the format of the zoo model's files
-    label: str  # the zoo, for messages
-    source: str  # how the zoo builds it, e.g. paddle.vision.models.vgg11(batch_norm=True)
-    twin: str  # the torchvision twin, e.g. torchvision.models.vgg11_bn(weights=None)
-    classes: int
-    head: tuple[str, ...]  # torchvision names whose first dimension is the class count
-    tensors: tuple[ZooTensor, ...]
-    verified: Mapping[str, Any] = field(default_factory=dict)
-
-    def shape(self, tensor: ZooTensor, classes: int) -> tuple[int, ...]:
-        """The canonical shape of ``tensor`` for a model of ``classes`` classes."""
-        if tensor.name in self.head and classes != self.classes:
-            return (classes, *tensor.shape[1:])
-        return tensor.shape
-
-    def ported(self) -> list[ZooTensor]:
-        return [t for t in self.tensors if t.native is not None]
-
-    def native_shapes(self, classes: int) -> dict[str, tuple[int, ...]]:
-        """The zoo model's file: native name -> native shape."""
-        out = {}
-        for t in self.ported():
-            shape = self.shape(t, classes)
-            out[str(t.native)] = shape[::-1] if t.transposed else shape
-        return out
-
-    def target_shapes(self, classes: int, *, ported_only: bool = False) -> dict[str, Any]:
-        """torchvision's state dict: name -> shape (only the tensors a file fills, or all)."""
-        chosen = self.ported() if ported_only else self.tensors
-        return {t.name: self.shape(t, classes) for t in chosen}
-
-    def name_map(self, classes: int) -> dict[str, Any]:
-        """The map in the JSON form of ``convert --map`` (for the zoo model's format)."""
-        entries = {
-            t.name: {"native": t.native, "transpose": t.transposed,
-                     "shape": list(self.shape(t, classes))}
-            for t in self.ported()
-        }  # fmt: skip
-        return {self.framework: entries}
 
 
 # -- the shipped maps ----------------------------------------------------------------------------
@@ -115,8 +63,9 @@ class Zoo:
 
 
 def zoos(folder: Path | None = None) -> dict[str, Zoo]:
-    """The zoos of the shipped maps, by prefix."""
-    found = _index(folder or maps_folder()).get("zoos", {})
+    """The zoos of the shipped maps and templates, by prefix."""
+    where = folder or maps_folder()
+    found = _index(where).get("zoos", {}) | template_index(where).get("zoos", {})
     return {p: Zoo(p, str(z["format"]), str(z["label"])) for p, z in found.items()}
 
 
@@ -124,6 +73,19 @@ def zoo_names(folder: Path | None = None) -> list[str]:
     """The zoo models polytrain has maps for, as ``zoo:name``."""
     index = _index(folder or maps_folder())
     return list(index.get("maps", {}))
+
+
+def load_zoo(key: str, folder: Path | None = None) -> ZooMap | ZooTemplate:
+    """The shipped map of ``key``, or the template of a named NLP model
+    (``paddlenlp:bert``), expanded for a file by :func:`plan_zoo`."""
+    where = folder or maps_folder()
+    known = zoos(where)
+    zoo, name = _split_key(key, known)
+    full = f"{zoo.prefix}:{name}"
+    templates = template_index(where).get("templates", {})
+    if full in templates:
+        return read_template(where / templates[full]["file"], full, zoo.format, zoo.label)
+    return load_zoo_map(key, folder)
 
 
 def load_zoo_map(key: str, folder: Path | None = None) -> ZooMap:
@@ -134,6 +96,7 @@ def load_zoo_map(key: str, folder: Path | None = None) -> ZooMap:
     zoo, name = _split_key(key, zoos(where))
     full = f"{zoo.prefix}:{name}"
     maps, no_twin = index.get("maps", {}), index.get("no_twin", {})
+    named = _template_keys(where)
     if full in maps:
         return _read_map(where / maps[full]["file"], full, zoo)
     if full in no_twin:
@@ -141,17 +104,21 @@ def load_zoo_map(key: str, folder: Path | None = None) -> ZooMap:
             f"--zoo {full}: polytrain has no map for it: {no_twin[full]} Port it into a "
             "PyTorch model of your own with polytrain port (docs/porting.md)."
         )
-    close = difflib.get_close_matches(full, [*maps, *no_twin], n=3, cutoff=0.75)
+    close = difflib.get_close_matches(full, [*maps, *no_twin, *named], n=3, cutoff=0.75)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     raise ConfigError(f"--zoo {key!r} is no zoo model polytrain has a map for{hint}; "
-                      f"it has maps for {_known(list(maps), zoos(where))}.")  # fmt: skip
+                      f"it has maps for {_known([*maps, *named], zoos(where))}.")  # fmt: skip
+
+
+def _template_keys(folder: Path) -> list[str]:
+    return list(template_index(folder).get("templates", {}))
 
 
 def _split_key(key: str, known: Mapping[str, Zoo]) -> tuple[Zoo, str]:
     """(the zoo, the model's name) of ``key``; a zoo's file format names it too
     (``mxnet:`` for ``gluon:``)."""
     prefix, sep, name = key.strip().partition(":")
-    by_format = {zoo.format: zoo for zoo in known.values()}
+    by_format = {zoo.format: zoo for zoo in reversed(list(known.values()))}  # the first
     zoo = known.get(prefix.lower()) or by_format.get(prefix.lower())
     if not sep or zoo is None or not name:
         raise ConfigError(
@@ -261,8 +228,7 @@ def convert_zoo(
     the zoo model into torchvision's names (``--to torch``, neutral or another canonical
     format), or a torchvision file into the zoo model's format. The file is checked
     against the map first."""
-    zmap = load_zoo_map(zoo, folder)
-    classes, name_map = plan_zoo(source, to, zmap)
+    zmap, classes, name_map = plan_zoo(source, to, load_zoo(zoo, folder))
     report = convert(source, target, to, name_map=name_map, dtype=dtype)
     report.notes[:] = with_zoo_notes(zoo_notes(zmap, classes), report.notes)
     return report
@@ -277,37 +243,49 @@ def with_zoo_notes(zoo: list[str], notes: list[str]) -> list[str]:
     return [*zoo, *(n for n in notes if not n.startswith("not a built-in model: generic"))]
 
 
-def plan_zoo(source: PathLike, to: str, zmap: ZooMap) -> tuple[int, dict[str, Any]]:
-    """(the file's class count, the map that converts it), after checking the file and
-    the direction; a one-line PolytrainError otherwise."""
+def plan_zoo(
+    source: PathLike, to: str, zoo: ZooMap | ZooTemplate
+) -> tuple[ZooMap, int, dict[str, Any]]:
+    """(the map, the file's class count, the map that converts it), after checking the
+    file and the direction (a template is expanded for the file first); a one-line
+    PolytrainError otherwise."""
     fmt, tensors = native_io.read_native(source)
     shapes = {name: tuple(np.shape(value)) for name, value in tensors.items()}
     what = f"{source} ({native_io.get_format(fmt).label})"
-    if fmt == zmap.framework:
+    if isinstance(zoo, ZooTemplate):
+        if fmt != zoo.framework:
+            raise CheckpointError(
+                f"{what} is no file of {zoo.key} (a {zoo.framework} file): its template "
+                f"converts {zoo.label}'s files into {zoo.twin}'s names only."
+            )
+        zmap = zoo.expand(shapes, what)
         _check_target(to, zmap, fmt)
-        classes = file_classes(zmap, shapes, what, native=True)
+        return zmap, 0, zmap.name_map(file_classes(zmap, shapes, what, native=True))
+    if fmt == zoo.framework:
+        _check_target(to, zoo, fmt)
+        classes = file_classes(zoo, shapes, what, native=True)
     elif _canonical(fmt):
-        if to != zmap.framework:
+        if to != zoo.framework:
             raise ConfigError(
-                f"--zoo {zmap.key} converts {what} into its zoo model's format: give "
-                f"--to {zmap.framework}."
+                f"--zoo {zoo.key} converts {what} into its zoo model's format: give "
+                f"--to {zoo.framework}."
             )
         for prefix in native_io.get_format(fmt).layout.strip_prefixes:
             if shapes and all(k.startswith(prefix) for k in shapes):
                 shapes = {k.removeprefix(prefix): v for k, v in shapes.items()}
-        classes = file_classes(zmap, shapes, what, native=False)
+        classes = file_classes(zoo, shapes, what, native=False)
     else:
         raise CheckpointError(
-            f"{what} is no file of {zmap.key} (a {zmap.framework} file) nor a "
+            f"{what} is no file of {zoo.key} (a {zoo.framework} file) nor a "
             f"torchvision state dict: pick the zoo map of its own framework."
         )
-    return classes, zmap.name_map(classes)
+    return zoo, classes, zoo.name_map(classes)
 
 
 def _check_target(to: str, zmap: ZooMap, fmt: str) -> None:
     if to != NEUTRAL and not _canonical(to):
         raise ConfigError(
-            f"--zoo {zmap.key} maps its {fmt} file to torchvision's names: give --to torch "
+            f"--zoo {zmap.key} maps its {fmt} file to {zmap.target} names: give --to torch "
             f"(or neutral), not {to}."
         )
 
@@ -318,6 +296,8 @@ def _canonical(fmt: str) -> bool:
 
 def zoo_notes(zmap: ZooMap, classes: int) -> list[str]:
     """What the conversion took from the zoo map, for the report."""
+    if zmap.notes:
+        return list(zmap.notes)
     verified = zmap.verified
     gap = verified.get("convert_logit_relative")
     how = f", logits within {gap:.1e} of the largest" if isinstance(gap, float) else ""
