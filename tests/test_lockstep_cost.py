@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -63,3 +64,17 @@ def test_a_users_wait_policy_is_kept_and_early_imports_named() -> None:
         os.environ.pop("OMP_WAIT_POLICY", None)
         if saved is not None:
             os.environ["OMP_WAIT_POLICY"] = saved
+
+
+def test_lockstep_cost_benchmark_runs() -> None:
+    """``python -m benchmarks.lockstep_cost`` prints own and lockstep ms per step per
+    backend (numpy alone: no framework to import)."""
+    from benchmarks.run import ROOT
+
+    argv = ["--backends", "numpy", "--steps", "1", "--warmup", "1", "--batch-size", "8"]
+    cmd = [sys.executable, "-m", "benchmarks.lockstep_cost", *argv, "--before"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    for clock in ("wall", "cpu "):
+        assert f"{clock} backend        own  lockstep  ratio    before  ratio" in proc.stdout
+    assert re.search(r"numpy +\d+\.\d +\d+\.\d +\d+\.\d\d +\d+\.\d +\d+\.\d\d", proc.stdout)
