@@ -18,6 +18,9 @@ the layers before a BatchNorm differ by several percent (docs/semantics.md).
 
 from __future__ import annotations
 
+import os
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +48,24 @@ class LockstepResult:
     eval_logit_diff: dict[str, float] = field(default_factory=dict)
     grad_diff: dict[str, list[float]] = field(default_factory=dict)  # per step: the worst
     grad_diff_param: dict[str, list[str]] = field(default_factory=dict)  # ... and its parameter
+    # per backend (the reference too), per step: seconds of its step from the given state,
+    # the state's loads and reads included (docs/performance.md, "The lockstep's cost")
+    step_seconds: dict[str, list[float]] = field(default_factory=dict)
+    step_cpu_seconds: dict[str, list[float]] = field(default_factory=dict)  # the same, CPU
+    compare_seconds: float = 0.0  # the differences' computation, all steps and backends
+    omp_wait_policy: str = ""  # how the frameworks' OpenMP pools wait (quiet_openmp_pools)
+
+    @classmethod
+    def empty(cls, backends: list[str], omp_wait_policy: str = "") -> LockstepResult:
+        """No step yet; ``backends[0]`` is the reference."""
+        result = cls(backends[0], 0, omp_wait_policy=omp_wait_policy)
+        for name in backends:
+            result.step_seconds[name], result.step_cpu_seconds[name] = [], []
+        for name in backends[1:]:
+            for per_step in (result.loss_diff, result.grad_norm_rel_diff, result.param_diff,
+                             result.grad_diff, result.grad_diff_param):  # fmt: skip
+                per_step[name] = []
+        return result
 
     def worst(self, backend: str) -> dict[str, float]:
         return {
@@ -65,6 +86,10 @@ class LockstepResult:
             "param_diff": self.param_diff,
             "grad_diff": self.grad_diff,
             "grad_diff_param": self.grad_diff_param,
+            "seconds": {b: sum(v) for b, v in self.step_seconds.items()},
+            "cpu_seconds": {b: sum(v) for b, v in self.step_cpu_seconds.items()},
+            "compare_seconds": self.compare_seconds,
+            "omp_wait_policy": self.omp_wait_policy,
         }
 
     def worst_grad_step(self, backend: str) -> tuple[int, str, float]:
@@ -105,6 +130,26 @@ class StepOutcome:
     params: dict[str, np.ndarray]
     optimizer_state: dict[str, Any]
     grads: dict[str, np.ndarray]
+
+
+#: Frameworks whose thread pool is OpenMP (torch: GNU libgomp, Paddle: Intel libiomp5,
+#: MXNet: libgomp); each reads ``OMP_WAIT_POLICY`` when its runtime starts.
+OPENMP_FRAMEWORKS = ("torch", "paddle", "mxnet")
+
+
+def quiet_openmp_pools() -> str:
+    """Let the OpenMP pools of the frameworks this process imports from now on sleep
+    between parallel regions (``OMP_WAIT_POLICY=PASSIVE``) unless the user chose a
+    policy. The lockstep runs every framework in one process, one after the other: by
+    default a pool spins after its work (Intel's for 200 ms), taking the cores from the
+    next framework's step (torch 2.0x, Paddle 1.6x slower measured: docs/performance.md,
+    "The lockstep's cost"). Returns the policy in effect, naming any framework imported
+    before that keeps its own."""
+    if "OMP_WAIT_POLICY" in os.environ:
+        return f"{os.environ['OMP_WAIT_POLICY']} (the user's OMP_WAIT_POLICY)"
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    early = [name for name in OPENMP_FRAMEWORKS if name in sys.modules]
+    return f"PASSIVE, except {', '.join(early)} (imported before)" if early else "PASSIVE"
 
 
 class _Runner:
@@ -164,16 +209,10 @@ def lockstep(
 ) -> LockstepResult:
     """Run ``steps`` lockstep steps of ``recipe``; the first backend is the reference.
     ``progress`` is called with the number of steps done after each one."""
+    policy = quiet_openmp_pools()
     runners = {name: _Runner(get_backend(name, threads=threads), recipe) for name in backends}
     reference = backends[0]
-    result = LockstepResult(reference, 0)
-    for name in backends[1:]:
-        result.loss_diff[name], result.grad_norm_rel_diff[name], result.param_diff[name] = (
-            [],
-            [],
-            [],
-        )
-        result.grad_diff[name], result.grad_diff_param[name] = [], []
+    result = LockstepResult.empty(backends, omp_wait_policy=policy)
     loader = BatchLoader(train, recipe.batch_size, seed=recipe.seed, drop_last=recipe.drop_last)
     params = get_model_spec(recipe.model).init_params(recipe.seed)
     opt_state: dict[str, Any] | None = None
@@ -182,19 +221,12 @@ def lockstep(
     while done < steps:
         for x, y in loader.epoch(epoch):
             lr = recipe.lr_at(done, recipe.total_steps(len(loader)))
-            ref = runners[reference].step_from(params, opt_state, x, y, lr)
+            ref = _timed_step(result, runners, reference, (params, opt_state, x, y, lr))
             for name in backends[1:]:
-                got = runners[name].step_from(params, opt_state, x, y, lr)
-                per_param = grad_differences(got.grads, ref.grads)
-                worst = max(per_param, key=per_param.__getitem__)
-                result.grad_diff[name].append(per_param[worst])
-                result.grad_diff_param[name].append(worst)
-                result.loss_diff[name].append(abs(got.loss - ref.loss))
-                norm_diff = abs(got.grad_norm - ref.grad_norm) / max(ref.grad_norm, 1e-12)
-                result.grad_norm_rel_diff[name].append(norm_diff)
-                result.param_diff[name].append(
-                    max(float(np.max(np.abs(got.params[k] - ref.params[k]))) for k in ref.params)
-                )
+                got = _timed_step(result, runners, name, (params, opt_state, x, y, lr))
+                started = time.perf_counter()
+                _record(result, name, got, ref)
+                result.compare_seconds += time.perf_counter() - started
             params, opt_state = ref.params, ref.optimizer_state
             done += 1
             if progress is not None:
@@ -210,3 +242,28 @@ def lockstep(
         logits = runners[name].eval_logits(params, x_eval)
         result.eval_logit_diff[name] = float(np.max(np.abs(logits - ref_logits)))
     return result
+
+
+def _timed_step(
+    result: LockstepResult, runners: dict[str, _Runner], name: str, args: tuple[Any, ...]
+) -> StepOutcome:
+    """``runners[name].step_from(*args)``, its wall and CPU seconds added to ``result``."""
+    started, cpu = time.perf_counter(), time.process_time()
+    outcome = runners[name].step_from(*args)
+    result.step_seconds[name].append(time.perf_counter() - started)
+    result.step_cpu_seconds[name].append(time.process_time() - cpu)
+    return outcome
+
+
+def _record(result: LockstepResult, name: str, got: StepOutcome, ref: StepOutcome) -> None:
+    """Append backend ``name``'s differences from the reference at this step."""
+    per_param = grad_differences(got.grads, ref.grads)
+    worst = max(per_param, key=per_param.__getitem__)
+    result.grad_diff[name].append(per_param[worst])
+    result.grad_diff_param[name].append(worst)
+    result.loss_diff[name].append(abs(got.loss - ref.loss))
+    norm_diff = abs(got.grad_norm - ref.grad_norm) / max(ref.grad_norm, 1e-12)
+    result.grad_norm_rel_diff[name].append(norm_diff)
+    result.param_diff[name].append(
+        max(float(np.max(np.abs(got.params[k] - ref.params[k]))) for k in ref.params)
+    )

@@ -98,7 +98,11 @@ def lockstep_table(result: Comparison) -> Any:
     lock = result.lockstep
     if lock is None:
         return None
-    t = Table(title=f"lockstep: {lock.steps} steps, each from {lock.reference}'s exact state")
+    seconds = ", ".join(f"{b} {sum(s):.1f}" for b, s in lock.step_seconds.items())
+    t = Table(
+        title=f"lockstep: {lock.steps} steps, each from {lock.reference}'s exact state",
+        caption=f"lockstep seconds: {seconds}; comparing {lock.compare_seconds:.1f}",
+    )
     for col in ("backend", "max |Δloss|", "max rel. Δ grad (parameter, step)",
                 "max rel. Δ grad norm", "max |Δ updated params|",
                 "max |Δ eval logits|"):  # fmt: skip
