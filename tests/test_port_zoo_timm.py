@@ -8,9 +8,10 @@ through ``ppcls.utils``. ``timm`` (1.0.31, and back to 0.9) imports ``torchvisio
 beside the CPU torch (``operator torchvision::nms does not exist``). So the sources are
 rebuilt from their definitions (PaddleClas ``ppcls/arch/backbone/legendary_models/
 resnet.py`` and ``model_zoo/vision_transformer.py``, gluon-cv ``gluoncv/model_zoo/
-resnetv1b.py``) and the targets from timm's ``timm/models/resnet.py`` (``resnet18``;
-``resnet18d``: deep stem, ``avg_down``) and ``vision_transformer.py``
-(``deit_tiny_patch16_224``, at a small size): the same layers, names, registration order
+resnetv1b.py`` and ``mobilenetv3.py``) and the targets from timm's ``timm/models/
+resnet.py`` (``resnet18``; ``resnet18d``: deep stem, ``avg_down``),
+``vision_transformer.py`` (``deit_tiny_patch16_224``, at a small size) and
+``mobilenetv3.py`` (``mobilenetv3_large_100``): the same layers, names, registration order
 and options. Where ``timm`` imports, the real
 ``timm.create_model`` is the target instead."""
 
@@ -423,3 +424,212 @@ def test_paddleclas_vit_small_scale_has_no_timm_twin() -> None:
     first = result.verification.first_failure
     assert first is not None and first.layer == "blocks.0.attn.proj", result.format()
     print(f"ZOO paddleclas ViT_small scale: fails at {first.layer}, relative {first.relative:.2g}")
+
+
+# -- gluon-cv mobilenetv3_large -> timm mobilenetv3_large_100(head_bias=False) -------------
+
+MBV3_LARGE = [  # gluon-cv's cfg: kernel, expanded, out, SE, activation, stride
+    (3, 16, 16, False, "relu", 1), (3, 64, 24, False, "relu", 2),
+    (3, 72, 24, False, "relu", 1), (5, 72, 40, True, "relu", 2),
+    (5, 120, 40, True, "relu", 1), (5, 120, 40, True, "relu", 1),
+    (3, 240, 80, False, "hard_swish", 2), (3, 200, 80, False, "hard_swish", 1),
+    (3, 184, 80, False, "hard_swish", 1), (3, 184, 80, False, "hard_swish", 1),
+    (3, 480, 112, True, "hard_swish", 1), (3, 672, 112, True, "hard_swish", 1),
+    (5, 672, 160, True, "hard_swish", 2), (5, 960, 160, True, "hard_swish", 1),
+    (5, 960, 160, True, "hard_swish", 1),
+]  # fmt: skip
+TIMM_STAGES = [[0], [1, 2], [3, 4, 5], [6, 7, 8, 9], [10, 11], [12, 13, 14]]
+
+
+def _divisible(x: float) -> int:  # gluon-cv's make_divisible: rounded up to 8
+    return int(np.ceil(x / 8) * 8)
+
+
+class GluonHardSwish(gnn.HybridBlock):  # type: ignore[misc]
+    def hybrid_forward(self, F: Any, x: Any) -> Any:
+        return x * F.clip(x + 3.0, 0, 6) / 6.0
+
+
+class GluonHardSigmoid(gnn.HybridBlock):  # type: ignore[misc]
+    def hybrid_forward(self, F: Any, x: Any) -> Any:
+        return F.clip(x + 3.0, 0, 6) / 6.0
+
+
+def _gluon_act(kind: str) -> Any:
+    return gnn.Activation("relu") if kind == "relu" else GluonHardSwish()
+
+
+class GluonSE(gnn.HybridBlock):  # type: ignore[misc]
+    def __init__(self, num_out: int) -> None:
+        super().__init__()
+        self.pool = gnn.GlobalAvgPool2D()
+        self.conv1 = gnn.Conv2D(_divisible(num_out // 4), 1, use_bias=True)
+        self.act1, self.conv2 = gnn.Activation("relu"), gnn.Conv2D(num_out, 1, use_bias=True)
+        self.act2 = GluonHardSigmoid()
+
+    def hybrid_forward(self, F: Any, x: Any) -> Any:
+        out = self.act2(self.conv2(self.act1(self.conv1(self.pool(x)))))
+        return F.broadcast_mul(x, out)
+
+
+class GluonUnit(gnn.HybridBlock):  # type: ignore[misc]
+    def __init__(self, out: int, k: int = 1, stride: int = 1, groups: int = 1,
+                 act: str | None = "relu") -> None:  # fmt: skip
+        super().__init__()
+        self.conv = gnn.Conv2D(out, k, stride, k // 2, groups=groups, use_bias=False)
+        self.bn, self.act = gnn.BatchNorm(), _gluon_act(act) if act else None
+
+    def hybrid_forward(self, F: Any, x: Any) -> Any:
+        out = self.bn(self.conv(x))
+        return self.act(out) if self.act is not None else out
+
+
+class GluonResUnit(gnn.HybridBlock):  # type: ignore[misc]
+    def __init__(self, num_in: int, cfg: tuple[Any, ...]) -> None:
+        super().__init__()
+        k, mid, out, se, act, stride = cfg
+        self.first_conv, self.use_se = out != mid, se
+        if self.first_conv:
+            self.expand = GluonUnit(mid, act=act)
+        self.conv1 = GluonUnit(mid, k, stride, groups=mid, act=act)
+        if se:
+            self.se = GluonSE(mid)
+        self.conv2 = GluonUnit(out, act=None)
+        self.short = num_in == out and stride == 1
+
+    def hybrid_forward(self, F: Any, x: Any) -> Any:
+        out = self.conv1(self.expand(x) if self.first_conv else x)
+        out = self.conv2(self.se(out) if self.use_se else out)
+        return x + out if self.short else out
+
+
+class GluonMobileNetV3(gnn.HybridBlock):  # type: ignore[misc]
+    """gluon-cv ``mobilenetv3_large(classes=10)`` (``gluoncv/model_zoo/mobilenetv3.py``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        with self.name_scope():
+            self.features = gnn.HybridSequential(prefix="")
+            self.features.add(gnn.Conv2D(16, 3, 2, 1, use_bias=False), gnn.BatchNorm())
+            self.features.add(GluonHardSwish())
+            inplanes = 16
+            for cfg in MBV3_LARGE:
+                self.features.add(GluonResUnit(inplanes, cfg))
+                inplanes = cfg[2]
+            self.features.add(gnn.Conv2D(960, 1, use_bias=False), gnn.BatchNorm())
+            self.features.add(GluonHardSwish(), gnn.GlobalAvgPool2D())
+            self.features.add(gnn.Conv2D(1280, 1, use_bias=False), GluonHardSwish())
+            self.features.add(gnn.Dropout(0.2))
+            self.output = gnn.HybridSequential(prefix="output_")
+            self.output.add(gnn.Conv2D(CLASSES, 1, in_channels=1280), gnn.Flatten())
+
+    def hybrid_forward(self, F: Any, x: Any) -> Any:
+        return self.output(self.features(x))
+
+
+def _round_se(chs: float) -> int:  # timm's round_channels: to 8, at least 90 % of chs
+    found = max(8, int(chs + 4) // 8 * 8)
+    return found + 8 if found < 0.9 * chs else found
+
+
+class TimmSE(tnn.Module):  # type: ignore[misc]
+    def __init__(self, chs: int) -> None:
+        super().__init__()
+        rd = _round_se(chs * 0.25)
+        self.conv_reduce, self.act1 = tnn.Conv2d(chs, rd, 1), tnn.ReLU()
+        self.conv_expand = tnn.Conv2d(rd, chs, 1)
+
+    def forward(self, x: Any) -> Any:
+        se = self.conv_expand(self.act1(self.conv_reduce(x.mean((2, 3), keepdim=True))))
+        return x * tnn.functional.hardsigmoid(se)
+
+
+def _timm_act(kind: str) -> Any:
+    return tnn.ReLU() if kind == "relu" else tnn.Hardswish()
+
+
+class TimmDepthwiseSeparable(tnn.Module):  # type: ignore[misc]
+    def __init__(self, chs: int, act: str) -> None:
+        super().__init__()
+        self.conv_dw = tnn.Conv2d(chs, chs, 3, 1, 1, groups=chs, bias=False)
+        self.bn1, self.act1 = tnn.BatchNorm2d(chs), _timm_act(act)
+        self.conv_pw, self.bn2 = tnn.Conv2d(chs, chs, 1, bias=False), tnn.BatchNorm2d(chs)
+
+    def forward(self, x: Any) -> Any:
+        return x + self.bn2(self.conv_pw(self.act1(self.bn1(self.conv_dw(x)))))
+
+
+class TimmInvertedResidual(tnn.Module):  # type: ignore[misc]
+    def __init__(self, cin: int, cfg: tuple[Any, ...]) -> None:
+        super().__init__()
+        k, mid, out, se, act, stride = cfg
+        self.conv_pw, self.bn1 = tnn.Conv2d(cin, mid, 1, bias=False), tnn.BatchNorm2d(mid)
+        self.conv_dw = tnn.Conv2d(mid, mid, k, stride, k // 2, groups=mid, bias=False)
+        self.bn2, self.act = tnn.BatchNorm2d(mid), _timm_act(act)
+        self.se = TimmSE(mid) if se else tnn.Identity()
+        self.conv_pwl, self.bn3 = tnn.Conv2d(mid, out, 1, bias=False), tnn.BatchNorm2d(out)
+        self.skip = cin == out and stride == 1
+
+    def forward(self, x: Any) -> Any:
+        out = self.act(self.bn2(self.conv_dw(self.act(self.bn1(self.conv_pw(x))))))
+        out = self.bn3(self.conv_pwl(self.se(out)))
+        return x + out if self.skip else out
+
+
+class TimmConvBnAct(tnn.Module):  # type: ignore[misc]
+    def __init__(self, cin: int, out: int) -> None:
+        super().__init__()
+        self.conv, self.bn1 = tnn.Conv2d(cin, out, 1, bias=False), tnn.BatchNorm2d(out)
+
+    def forward(self, x: Any) -> Any:
+        return tnn.functional.hardswish(self.bn1(self.conv(x)))
+
+
+class TimmMobileNetV3(tnn.Module):  # type: ignore[misc]
+    """timm ``mobilenetv3_large_100(head_bias=False, num_classes=10)``
+    (``timm/models/mobilenetv3.py``, ``_gen_mobilenet_v3``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv_stem = tnn.Conv2d(3, 16, 3, 2, 1, bias=False)
+        self.bn1 = tnn.BatchNorm2d(16)
+        stages: list[Any] = [tnn.Sequential(TimmDepthwiseSeparable(16, "relu"))]
+        cin = 16
+        for stage in TIMM_STAGES[1:]:
+            blocks = []
+            for i in stage:
+                blocks.append(TimmInvertedResidual(cin, MBV3_LARGE[i]))
+                cin = MBV3_LARGE[i][2]
+            stages.append(tnn.Sequential(*blocks))
+        stages.append(tnn.Sequential(TimmConvBnAct(160, 960)))
+        self.blocks = tnn.Sequential(*stages)
+        self.conv_head = tnn.Conv2d(960, 1280, 1, bias=False)
+        self.classifier = tnn.Linear(1280, CLASSES)
+
+    def forward(self, x: Any) -> Any:
+        x = self.blocks(tnn.functional.hardswish(self.bn1(self.conv_stem(x))))
+        x = tnn.functional.hardswish(self.conv_head(x.mean((2, 3), keepdim=True)))
+        return self.classifier(x.flatten(1))
+
+
+def timm_mobilenetv3_large() -> Any:
+    try:
+        import timm
+    except Exception:  # as timm_or_twin
+        return TimmMobileNetV3().eval()
+    return timm.create_model("mobilenetv3_large_100", num_classes=CLASSES, head_bias=False).eval()
+
+
+def test_gluoncv_mobilenetv3_large_ports_into_timm_mobilenetv3_large_100() -> None:
+    """Its classifier, a 1x1 Conv2D on the pooled map, into timm's Linear."""
+    mx.random.seed(5)
+    source = GluonMobileNetV3()
+    source.initialize(mx.init.Xavier())
+    source(mx.nd.zeros(SHAPE))
+    result = port(gluon_randomize_bn(source), timm_mobilenetv3_large(), input_shape=SHAPE)
+    check_port(result, "gluon-cv mobilenetv3_large -> timm mobilenetv3_large_100")
+    head = next(p for p in result.pairs if p.target.name == "classifier")
+    assert head.source.name == "output.0" and head.source.kind == "Conv2d"
+    worst = max(row.relative for row in result.verification.rows[:-1])
+    print(f"ZOO gluon-cv mobilenetv3_large: layers {len(result.pairs)}, worst {worst:.2g}, "
+          f"logits {result.verification.rows[-1].relative:.2g}")  # fmt: skip

@@ -10,7 +10,10 @@ the built-in or generic rules by :mod:`polytrain.io.convert`. Its entries are
   ``{"transpose": false}``; a packed tensor lists the native tensors whose rows it joins
   (equal parts, each stored transposed when ``transpose`` says so):
   ``"attn.in_proj_weight": {"native": ["attn.q_proj.weight", "attn.k_proj.weight",
-  "attn.v_proj.weight"], "transpose": true}``;
+  "attn.v_proj.weight"], "transpose": true}``; ``reshape`` gives the canonical shape
+  where it is another view of the stored one's (``shape``): a 1x1 convolution's weight
+  [out, in, 1, 1] as a Linear's [out, in] (``polytrain port`` pairs the two), undone when
+  writing: ``{"native": "head.weight", "shape": [10, 16, 1, 1], "reshape": [10, 16]}``;
 * prefix (the key ends with ``.``): ``"features.": {"native": "backbone."}`` renames every
   name starting with ``features.``;
 * regex (the key starts with ``re:``): ``"re:layer(\\d+)\\.(\\d+)\\.": {"native":
@@ -60,6 +63,9 @@ class MapEntry:
     parts: tuple[str, ...] = ()
     """a packed tensor (``in_proj_weight``): the native tensors whose canonical rows it
     joins, in equal parts and in order; ``native`` is the first"""
+    reshape: tuple[int, ...] | None = None
+    """the canonical shape where it is another view of the stored tensor's (``shape``):
+    a 1x1 convolution's weight [out, in, 1, 1] read as a Linear's [out, in]"""
 
     @property
     def natives(self) -> tuple[str, ...]:
@@ -73,6 +79,8 @@ class MapEntry:
 
     def split(self, value: np.ndarray) -> dict[str, np.ndarray]:
         """native name -> native tensor, from the canonical ``value``."""
+        if self.reshape is not None and self.shape is not None:
+            value = np.reshape(value, self.shape)
         pieces = np.split(value, len(self.parts)) if self.parts else [value]
         return {
             name: np.ascontiguousarray(piece.T if self.transpose else piece)
@@ -87,6 +95,8 @@ class MapEntry:
             shapes = ", ".join(f"{n} {list(np.shape(tensors[n]))}" for n in self.natives)
             raise CheckpointError(f"{what}: the parts of a packed tensor differ: {shapes}.")
         value = np.concatenate(pieces) if self.parts else pieces[0]
+        if self.reshape is not None:
+            value = _reshaped(value, self.reshape, what)
         return np.ascontiguousarray(value)
 
 
@@ -143,6 +153,7 @@ class NameMap:
         return {
             name: {"native": list(e.parts) if e.parts else e.native, "transpose": e.transpose}
             | ({"shape": list(e.shape)} if e.shape is not None else {})
+            | ({"reshape": list(e.reshape)} if e.reshape is not None else {})
             for name, e in self.entries.items()
         }
 
@@ -159,6 +170,7 @@ class UserEntry:
     kind: str | None = None
     shape: tuple[int, ...] | None = None
     parts: tuple[str, ...] = ()  # a packed tensor's native parts (``native`` the first)
+    reshape: tuple[int, ...] | None = None  # the canonical shape, another view (MapEntry)
 
 
 @dataclass(frozen=True)
@@ -251,7 +263,7 @@ def load_map(source: PathLike | Mapping[str, Any]) -> dict[str | None, UserMap]:
     return {None: _parse(data, what)}
 
 
-_KEYS = ("native", "transpose", "kind", "shape")
+_KEYS = ("native", "transpose", "kind", "shape", "reshape")
 _HOW = (
     '{"native": "name in the file", "transpose": false}, {"kind": "Linear"}, or just '
     '"name in the file" (a packed tensor: {"native": [its parts], "transpose": true})'
@@ -308,10 +320,20 @@ def _entry(value: Any) -> UserEntry:
         raise ValueError(f"'kind' is one of {', '.join(known_kinds())}")
     if kind is not None and transpose is not None:
         raise TypeError("give 'kind' or 'transpose', not both")
-    shape = value.get("shape")
-    return UserEntry(
-        native, transpose, kind, None if shape is None else tuple(int(s) for s in shape), parts
-    )
+    shape, reshape = (value.get(key) for key in ("shape", "reshape"))
+    if reshape is not None and (shape is None or np.prod(shape) != np.prod(reshape)):
+        raise ValueError("'reshape' is a view of 'shape' (as many values), which it needs")
+    return UserEntry(native, transpose, kind, _dims(shape), parts, _dims(reshape))
+
+
+def _dims(shape: Any) -> tuple[int, ...] | None:
+    return None if shape is None else tuple(int(s) for s in shape)
+
+
+def _reshaped(value: np.ndarray, shape: tuple[int, ...], what: str) -> np.ndarray:
+    if value.size != int(np.prod(shape)):
+        raise CheckpointError(f"{what}: a {list(value.shape)} tensor is no {list(shape)} one.")
+    return value.reshape(shape)
 
 
 def known_kinds() -> list[str]:
@@ -325,7 +347,7 @@ def known_kinds() -> list[str]:
 
 
 def _rule(key: str, entry: UserEntry) -> Rule:
-    if entry.transpose is not None or entry.shape is not None or entry.parts:
+    if entry.transpose is not None or entry.shape is not None or entry.parts or entry.reshape:
         raise TypeError("a prefix or re: entry takes 'native' and 'kind' only")
     if key.startswith(REGEX):
         return _regex_rule(key, entry)

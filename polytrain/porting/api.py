@@ -21,7 +21,7 @@ from polytrain.io.name_map import UNVERIFIED
 from polytrain.plugins.registry import registered_model_walkers
 from polytrain.porting.blocks import check_blocks
 from polytrain.porting.match import Pair, derived_map, match_layers, ported_state
-from polytrain.porting.verify import Verification, compare_traces
+from polytrain.porting.verify import Verification, check_as_linear, compare_traces
 from polytrain.utils.fileio import atomic_write_bytes
 from polytrain.utils.output_paths import refuse_overwriting_inputs
 from polytrain.utils.user_code import call_user
@@ -208,6 +208,7 @@ def port(
     state, kept = ported_state(pairs, tgt_walker.state(tgt_model))
     tgt_walker.load_state(tgt_model, state)
     tgt_trace = tgt_walker.trace(tgt_model, batch)
+    check_as_linear(pairs, src_trace, tgt_trace)
     result = PortResult(
         src_walker.framework,
         tgt_walker.framework,

@@ -33,6 +33,7 @@ from polytrain.backend.model_walker import (
 )
 from polytrain.errors import ConfigError
 
+CONV_AS_LINEAR = "Conv2d"  # the kind that pairs with a Linear when it acts as one (1x1)
 HINT_HOW = "give a hint SOURCE_LAYER=TARGET_LAYER (or SOURCE_LAYER= to leave it out)"
 
 
@@ -50,17 +51,34 @@ def _unknown(name: str, names: Sequence[str], side: str) -> ConfigError:
     return ConfigError(f"The hint names {name!r}, which is no {side} layer with tensors{also}")
 
 
-def _shapes(layer: WalkedLayer) -> dict[str, tuple[int, ...]]:
-    return {role: tuple(t.canonical.shape) for role, t in layer.tensors.items()}
+def _shapes(layer: WalkedLayer, flat: bool = False) -> dict[str, tuple[int, ...]]:
+    """The canonical shapes by role; ``flat``: a 1x1 convolution's weight as a Linear's."""
+    shapes = {role: tuple(t.canonical.shape) for role, t in layer.tensors.items()}
+    if flat and layer.kind == CONV_AS_LINEAR and "weight" in shapes:
+        shapes["weight"] = shapes["weight"][:2]
+    return shapes
+
+
+def as_linear(a: WalkedLayer, b: WalkedLayer) -> bool:
+    """Whether one is a Linear and the other a Conv2d that can act as one: a 1x1 kernel of
+    one group (a classifier on a pooled map, gluon-cv's MobileNetV3); that its input is
+    [N, C, 1, 1] the traces show (:func:`polytrain.porting.verify.check_as_linear`)."""
+    if {a.kind, b.kind} != {CONV_AS_LINEAR, "Linear"}:
+        return False
+    conv = a if a.kind == CONV_AS_LINEAR else b
+    weight = conv.tensors.get("weight")
+    return conv.groups == 1 and weight is not None and weight.canonical.shape[2:] == (1, 1)
 
 
 def mismatch(source: WalkedLayer, target: WalkedLayer, *, check_kind: bool) -> str | None:
-    """Why ``source`` cannot be ported into ``target``, or None."""
-    if check_kind and source.kind.lower() != target.kind.lower():
+    """Why ``source`` cannot be ported into ``target``, or None. A 1x1 Conv2d pairs with a
+    Linear (:func:`as_linear`), its weight reshaped."""
+    flat = as_linear(source, target)
+    if check_kind and source.kind.lower() != target.kind.lower() and not flat:
         return f"kinds differ ({source.kind} and {target.kind})"
     if set(source.tensors) != set(target.tensors):
         return f"tensors differ ({sorted(source.tensors)} and {sorted(target.tensors)})"
-    if _shapes(source) != _shapes(target):
+    if _shapes(source, flat) != _shapes(target, flat):
         return "shapes differ"
     if source.groups != target.groups:
         return f"groups differ ({source.groups} and {target.groups})"
@@ -266,6 +284,7 @@ def ported_state(
             value = pair.source.tensors[role].canonical
             pieces = unpack(value, len(t.parts)) if t.parts else [value]
             for part, piece in zip(t.parts or (t,), pieces, strict=True):
+                piece = piece.reshape(part.canonical.shape)  # a 1x1 conv's as a Linear's
                 piece = piece.T if part.transpose else piece
                 state[part.native] = np.ascontiguousarray(piece, dtype=state[part.native].dtype)
                 ported.add(part.native)
@@ -283,19 +302,25 @@ def derived_map(pairs: Sequence[Pair]) -> dict[str, dict[str, Any]]:
         for role, t in pair.target.tensors.items():
             s = pair.source.tensors[role]
             if t.parts and len(t.parts) == len(s.parts):  # part for part (q, k, v Linears)
-                out.update(_entry(tp.native, sp) for tp, sp in zip(t.parts, s.parts, strict=True))
+                out.update(
+                    _entry(tp.native, sp, tp) for tp, sp in zip(t.parts, s.parts, strict=True)
+                )
                 continue
             key = f"{pair.target.name}.{role}" if t.parts and pair.target.name else t.native
-            out.update([_entry(key, s)])
+            out.update([_entry(key, s, t)])
     return out
 
 
-def _entry(key: str, s: LayerTensor) -> tuple[str, dict[str, Any]]:
+def _entry(key: str, s: LayerTensor, t: LayerTensor) -> tuple[str, dict[str, Any]]:
+    """One map entry; ``reshape`` where the target's canonical shape is another view of
+    the source's (a 1x1 convolution's weight [out, in, 1, 1] as a Linear's [out, in])."""
+    shape, target_shape = list(s.canonical.shape), list(t.canonical.shape)
+    reshape = {"reshape": target_shape} if not t.parts and target_shape != shape else {}
     return key, {
         "native": list(s.natives) if s.parts else s.native,
         "transpose": _transpose(s),
-        "shape": list(s.canonical.shape),
-    }
+        "shape": shape,
+    } | reshape
 
 
 def _transpose(tensor: LayerTensor) -> bool:

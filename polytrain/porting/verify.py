@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from polytrain.backend.model_walker import BARE, Trace
-from polytrain.porting.match import Pair
+from polytrain.errors import ConfigError
+from polytrain.porting.match import HINT_HOW, Pair, as_linear
 
 OUTPUT = "(output)"
 
@@ -90,6 +91,8 @@ def _row(layer: str, source: str, s: np.ndarray | None, t: np.ndarray | None, to
         s = s.swapaxes(0, 1)  # time-major ([T, N, C], GluonNLP's encoder) against [N, T, C]
     else:
         time_major = []
+    if s.shape != t.shape and _pooled(s.shape, t.shape):
+        s = s.reshape(t.shape)  # [N, C, 1, 1] against [N, C]: the same values
     if s.shape != t.shape and s.ndim == t.ndim and _broadcasts(s.shape, t.shape):
         s, t = np.broadcast_arrays(s, t)  # one computed once for the batch (a position
         # embedding of [1, T]), the other per sample: the same values where they exist
@@ -104,6 +107,31 @@ def _row(layer: str, source: str, s: np.ndarray | None, t: np.ndarray | None, to
     relative = diff / scale if scale > 0 else diff
     ok = bool(np.isfinite(relative)) and relative <= tol
     return Row(layer, source, list(t.shape), time_major or list(s.shape), diff, relative, ok)
+
+
+def _pooled(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Whether one shape is the other with trailing 1s ([N, C, 1, 1] and [N, C]: a 1x1
+    convolution on a pooled map against a Linear)."""
+    short, long = sorted((a, b), key=len)
+    return len(short) >= 2 and long[: len(short)] == short and set(long[len(short) :]) == {1}
+
+
+def check_as_linear(pairs: Sequence[Pair], source: Trace, target: Trace) -> None:
+    """A ConfigError where a Conv2d paired with a Linear (:func:`~polytrain.porting.match.
+    as_linear`) ran on a map larger than 1x1: only on [N, C, 1, 1] is it the Linear."""
+    for pair in pairs:
+        if not as_linear(pair.source, pair.target):
+            continue
+        linear_source = pair.source.kind == "Linear"
+        conv, trace = (pair.target, target) if linear_source else (pair.source, source)
+        out = trace.layers.get(conv.traced)
+        if out is not None and (out.ndim != 4 or out.shape[2:] != (1, 1)):
+            raise ConfigError(
+                f"Layers source {pair.source.name!r} and target {pair.target.name!r} cannot "
+                f"match: kinds differ ({pair.source.kind} and {pair.target.kind}): the 1x1 "
+                f"convolution {conv.name} gives {list(out.shape)}, a Linear's output only "
+                f"where it runs on [N, C, 1, 1]; {HINT_HOW}."
+            )
 
 
 def _broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> bool:

@@ -97,7 +97,7 @@ class _NativeNames:
         transpose = given.transpose
         if transpose is None:
             transpose = self.rule.transpose(kind, canonical, ndim)
-        return canonical, MapEntry(native, transpose, given.shape, kind)
+        return canonical, MapEntry(native, transpose, given.shape, kind, reshape=given.reshape)
 
 
 def _companion_notes(companion: CompanionRoles, entries: Mapping[str, MapEntry]) -> list[str]:

@@ -79,7 +79,7 @@ def _native_entry(
     transpose = given.transpose
     if transpose is None:
         transpose = rule.transpose(kind, name, ndim)
-    return MapEntry(native, transpose, given.shape, kind)
+    return MapEntry(native, transpose, given.shape, kind, reshape=given.reshape)
 
 
 def _split_entry(parts: tuple[str, ...], kind: str, rule: NameRule, user: UserMap) -> MapEntry:

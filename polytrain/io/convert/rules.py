@@ -90,7 +90,9 @@ class NameRule:
         """The entry of a map's exact entry for ``name`` read as it is (a packed one: its
         layout from ``transpose``, or from ``kind`` for its parts' leaf)."""
         if not given.parts:
-            return MapEntry(self.exact_native(name, given), False, given.shape)
+            return MapEntry(
+                self.exact_native(name, given), False, given.shape, reshape=given.reshape
+            )
         transpose = given.transpose
         if transpose is None and given.kind is not None:
             transpose = self.transpose(given.kind, given.parts[0], 0)
