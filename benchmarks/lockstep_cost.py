@@ -70,7 +70,7 @@ def lockstep_steps(args: argparse.Namespace) -> dict[str, Any]:
     from polytrain.training.trainer import load_datasets
 
     if args.worker == "before":
-        module.quiet_openmp_pools = lambda: "the frameworks' default"
+        module.quiet_openmp_pools = lambda frameworks: "the frameworks' default"
     recipe = recipe_of(args)
     train = load_datasets(recipe).train
     steps = args.warmup + args.steps

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +31,7 @@ from polytrain.backend.base import Backend
 from polytrain.backend.precision import param_dtype
 from polytrain.data import ArrayDataset, BatchLoader
 from polytrain.neutral.spec_file import resolve_model_spec as get_model_spec
-from polytrain.plugins.registry import get_backend
+from polytrain.plugins.registry import get_backend, registered_backends
 from polytrain.training.recipe import Recipe
 from polytrain.training.step import StepRunner
 
@@ -132,23 +132,18 @@ class StepOutcome:
     grads: dict[str, np.ndarray]
 
 
-#: Frameworks whose thread pool is OpenMP (torch: GNU libgomp, Paddle: Intel libiomp5,
-#: MXNet: libgomp); each reads ``OMP_WAIT_POLICY`` when its runtime starts.
-OPENMP_FRAMEWORKS = ("torch", "paddle", "mxnet")
-
-
-def quiet_openmp_pools() -> str:
-    """Let the OpenMP pools of the frameworks this process imports from now on sleep
-    between parallel regions (``OMP_WAIT_POLICY=PASSIVE``) unless the user chose a
-    policy. The lockstep runs every framework in one process, one after the other: by
-    default a pool spins after its work (Intel's for 200 ms), taking the cores from the
-    next framework's step (torch 2.0x, Paddle 1.6x slower measured: docs/performance.md,
-    "The lockstep's cost"). Returns the policy in effect, naming any framework imported
-    before that keeps its own."""
+def quiet_openmp_pools(frameworks: Sequence[str]) -> str:
+    """Let the OpenMP pools (torch's, Paddle's, MXNet's) of the ``frameworks`` (module
+    names) this process imports from now on sleep between parallel regions
+    (``OMP_WAIT_POLICY=PASSIVE``) unless the user chose a policy. The lockstep runs every
+    framework in one process, one after the other: by default a pool spins after its work
+    (Intel's for 200 ms), taking the cores from the next framework's step (torch 2.0x,
+    Paddle 1.6x slower measured: docs/performance.md, "The lockstep's cost"). Returns the
+    policy in effect, naming any of ``frameworks`` imported before, which keeps its own."""
     if "OMP_WAIT_POLICY" in os.environ:
         return f"{os.environ['OMP_WAIT_POLICY']} (the user's OMP_WAIT_POLICY)"
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-    early = [name for name in OPENMP_FRAMEWORKS if name in sys.modules]
+    early = [name for name in frameworks if name in sys.modules]
     return f"PASSIVE, except {', '.join(early)} (imported before)" if early else "PASSIVE"
 
 
@@ -209,7 +204,9 @@ def lockstep(
 ) -> LockstepResult:
     """Run ``steps`` lockstep steps of ``recipe``; the first backend is the reference.
     ``progress`` is called with the number of steps done after each one."""
-    policy = quiet_openmp_pools()
+    infos = registered_backends()  # numpy: polytrain's own dependency, loaded long before
+    frameworks = [infos[b].framework for b in backends if b in infos]
+    policy = quiet_openmp_pools([name for name in frameworks if name != "numpy"])
     runners = {name: _Runner(get_backend(name, threads=threads), recipe) for name in backends}
     reference = backends[0]
     result = LockstepResult.empty(backends, omp_wait_policy=policy)
