@@ -215,6 +215,7 @@ def rounds(by_loop: dict[str, Worker], repeats: int) -> dict[str, Any]:
     loads = []
     for r in range(repeats):
         loads.append(load_average())
+        print(f"   round {r + 1}/{repeats}, load {_num(loads[-1])}", file=sys.stderr, flush=True)
         for loop in order[len(by_loop) * r : len(by_loop) * (r + 1)]:
             m = by_loop[loop].run(loop)
             if "error" in m:
