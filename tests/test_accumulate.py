@@ -7,19 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from polytrain import get_backend
 from polytrain.backend.base import Backend
 from polytrain.neutral.models import get_model_spec
 from polytrain.neutral.optim import OptimizerConfig
-from polytrain.testing import backends_under_test
 from polytrain.training.step import StepResult, StepRunner
 
 TOL = 1e-6
-
-
-@pytest.fixture(scope="module", params=backends_under_test())
-def backend(request: pytest.FixtureRequest) -> Backend:
-    return get_backend(str(request.param))
 
 
 Batches = list[tuple[np.ndarray, np.ndarray]]

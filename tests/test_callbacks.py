@@ -73,12 +73,11 @@ def fit(backend: str, data: Datasets, *plugins: object, **kwargs: Any) -> tuple[
     return steps, summary
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_plugin_stops_the_run_cleanly_from_the_cli(
-    backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    backend_name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "run"
-    argv = ["train", "--backend", backend, "--model", "mlp", "--train-samples", "96",
+    argv = ["train", "--backend", backend_name, "--model", "mlp", "--train-samples", "96",
             "--test-samples", "32", "--batch-size", "16", "--epochs", "2", "--quiet",
             "--json", "--out", str(out), "--plugin", "test_callbacks:StopAtStep3"]  # fmt: skip
     code = main(argv)

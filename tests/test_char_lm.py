@@ -79,8 +79,7 @@ def _token_model() -> ModelSpec:
     return ModelSpec("tokens", net, input_shape=(5,), num_classes=6)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_user_sequence_npz_trains_with_perplexity(backend: str, tmp_path: Path) -> None:
+def test_user_sequence_npz_trains_with_perplexity(backend_name: str, tmp_path: Path) -> None:
     """--data file.npz with int ids x [N, T] and next-id targets y [N, T] (uint8 ids are
     ids, not pixels); the run reports the test perplexity, exp of the mean token loss."""
     rng = np.random.default_rng(0)
@@ -92,7 +91,7 @@ def test_user_sequence_npz_trains_with_perplexity(backend: str, tmp_path: Path) 
         "char-lm-fortunes",
         {"model": model, "data": str(npz), "schedule": "constant", "batch_size": 8},
     )
-    trainer = Trainer(recipe, backend, progress=False)
+    trainer = Trainer(recipe, backend_name, progress=False)
     assert trainer.data.train.x.dtype == np.int64 and trainer.data.train.x.max() >= 1
     test = trainer.data.test
     assert test is not None

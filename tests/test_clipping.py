@@ -8,25 +8,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from polytrain import get_backend
 from polytrain.backend.base import Backend
 from polytrain.cli.main import main
 from polytrain.errors import ConfigError
 from polytrain.neutral import reference
 from polytrain.neutral.models import get_model_spec
 from polytrain.neutral.optim import OptimizerConfig, numpy_step
-from polytrain.testing import backends_under_test
 from polytrain.testing.capabilities import FP64, require
 from polytrain.testing.conformance import batch
 from polytrain.training.recipe import Recipe
 from polytrain.training.step import CLIP_EPS, StepRunner
 
 DTYPES = ["float32", "float64"]
-
-
-@pytest.fixture(scope="module", params=backends_under_test())
-def backend(request: pytest.FixtureRequest) -> Backend:
-    return get_backend(str(request.param))
 
 
 def two_replicas_with_gradients(backend: Backend, dtype: str) -> Any:

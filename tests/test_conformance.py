@@ -12,7 +12,7 @@ from polytrain.backend.base import Backend
 from polytrain.backend.model import ModelVerbs
 from polytrain.backend.precision import PrecisionSupport
 from polytrain.neutral import reference, reference_grad
-from polytrain.testing import BackendConformance, backends_under_test
+from polytrain.testing import BackendConformance
 from polytrain.testing.layer_cases import (
     BATCH,
     LAYER_CASES,
@@ -22,11 +22,6 @@ from polytrain.testing.layer_cases import (
     case_spec,
 )
 from polytrain.testing.placement import on_test_device
-
-
-@pytest.fixture(scope="module", params=backends_under_test())
-def backend_name(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 class TestConformance(BackendConformance):

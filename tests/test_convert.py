@@ -147,20 +147,19 @@ def test_reading_imports_no_framework(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("spec_name", list(SPECS))
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_builtin_maps_match_the_backends(backend: str, spec_name: str, tmp_path: Path) -> None:
-    b, spec = get_backend(backend), SPECS[spec_name]
+def test_builtin_maps_match_the_backends(backend_name: str, spec_name: str, tmp_path: Path) -> None:
+    b, spec = get_backend(backend_name), SPECS[spec_name]
     params = random_params(spec)
     model = b.build_model(spec)
     b.set_params(model, params)
     b.save_native(model, str(tmp_path / f"saved{b.native_suffix}"))
     assert_same(read_weights(tmp_path / f"saved{b.native_suffix}", model=spec).params, params)
 
-    write_weights(tmp_path / f"ours{b.native_suffix}", params, backend, model=spec)
+    write_weights(tmp_path / f"ours{b.native_suffix}", params, backend_name, model=spec)
     fresh = b.build_model(spec)
     b.load_native(fresh, str(tmp_path / f"ours{b.native_suffix}"))
     assert_same(b.get_params(fresh), params)
-    load_with_framework(backend, fresh, tmp_path / f"ours{b.native_suffix}")
+    load_with_framework(backend_name, fresh, tmp_path / f"ours{b.native_suffix}")
     assert_same(b.get_params(fresh), params)
 
 

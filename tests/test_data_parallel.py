@@ -29,11 +29,6 @@ LR = {"sgd": 0.1, "momentum": 0.05, "adagrad": 0.01, "adam": 0.001}
 TOL = 1e-6
 
 
-@pytest.fixture(scope="module", params=backends_under_test())
-def backend(request: pytest.FixtureRequest) -> Backend:
-    return get_backend(str(request.param))
-
-
 def batch(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng([seed, 4])
     x = rng.standard_normal((n, *SPEC.input_shape)).astype(np.float32)

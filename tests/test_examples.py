@@ -93,24 +93,21 @@ def section(outputs: dict[str, str], backend: str, example: str) -> str:
     return text
 
 
-@pytest.mark.parametrize("backend", backends_under_test())
-def test_scratch_example(outputs: dict[str, str], backend: str) -> None:
-    text = section(outputs, backend, "d2l_scratch_data_parallel")
+def test_scratch_example(outputs: dict[str, str], backend_name: str) -> None:
+    text = section(outputs, backend_name, "d2l_scratch_data_parallel")
     assert re.search(
-        rf"epoch 1: train loss [\d.]+, test acc [\d.]+, .* on cpu:0,cpu:1 \({backend}\)", text
+        rf"epoch 1: train loss [\d.]+, test acc [\d.]+, .* on cpu:0,cpu:1 \({backend_name}\)", text
     )
 
 
-@pytest.mark.parametrize("backend", backends_under_test())
-def test_concise_example(outputs: dict[str, str], backend: str) -> None:
-    text = section(outputs, backend, "d2l_concise_data_parallel")
+def test_concise_example(outputs: dict[str, str], backend_name: str) -> None:
+    text = section(outputs, backend_name, "d2l_concise_data_parallel")
     assert "lenet on cpu:0,cpu:1,cpu:2, global batch 64 = 22 per device" in text
     assert re.search(r"epoch 1: train loss [\d.]+, test acc [\d.]+", text)
 
 
-@pytest.mark.parametrize("backend", backends_under_test())
-def test_dataparallel_tutorial_example(outputs: dict[str, str], backend: str) -> None:
-    text = section(outputs, backend, "pytorch_dataparallel_tutorial")
+def test_dataparallel_tutorial_example(outputs: dict[str, str], backend_name: str) -> None:
+    text = section(outputs, backend_name, "pytorch_dataparallel_tutorial")
     assert re.search(r"Train Accuracy is:[\d.]+%, Test Accuracy is:[\d.]+", text)
     accuracies = re.findall(r"state dict reloaded on cpu: test accuracy ([\d.]+)", text)
     assert len(accuracies) == 2, text  # native and neutral files, on one device

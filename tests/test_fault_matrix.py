@@ -168,11 +168,12 @@ def original(tmp_path: Path) -> Iterator[Path]:
 # -- train --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", backends_under_test())
-def test_train_disk_full(backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_train_disk_full(
+    backend_name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with mounted_tmpfs(tmp_path / "small", "size=1400k") as small:
         out = small / "run"  # a LeNet checkpoint with momentum takes ~500 kB (Adam's: 1.5 MB)
-        code = main(["train", "--backend", backend, *TINY, "--epochs", "4", "--out", str(out),
+        code = main(["train", "--backend", backend_name, *TINY, "--epochs", "4", "--out", str(out),
                      "--checkpoint-every", "1", "--keep-checkpoints", "3",
                      "--optimizer", "momentum", "--lr", "0.05"])  # fmt: skip
         line = one_line(capsys.readouterr().err, "train")
@@ -213,11 +214,10 @@ def test_train_concurrent_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main(["train", "--backend", "numpy", *TINY, "--out", str(out), "--overwrite"]) == 0
 
 
-@pytest.mark.parametrize("backend", backends_under_test())
-def test_train_sigterm(backend: str, tmp_path: Path) -> None:
+def test_train_sigterm(backend_name: str, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = polytrain("train", "--backend", backend, *LONG, "--out", out)
-    wait_for(lambda: steps_logged(out) >= 1, f"the first {backend} step")
+    proc = polytrain("train", "--backend", backend_name, *LONG, "--out", out)
+    wait_for(lambda: steps_logged(out) >= 1, f"the first {backend_name} step")
     proc.send_signal(signal.SIGTERM)
     line = one_line(finish(proc), "train")
     assert proc.returncode == SIGTERM_EXIT, line

@@ -51,18 +51,17 @@ def test_free_runs_agree_across_frameworks_and_device_counts(data: Datasets) -> 
         np.testing.assert_allclose(losses, reference, rtol=0, atol=1e-10, err_msg=name)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_checkpoint_keeps_float64_and_resume_is_exact(
-    backend: str, data: Datasets, tmp_path: Path
+    backend_name: str, data: Datasets, tmp_path: Path
 ) -> None:
-    full = train(backend, data, epochs=2).values
-    first = train(backend, data, out=tmp_path, epochs=1).values
+    full = train(backend_name, data, epochs=2).values
+    first = train(backend_name, data, out=tmp_path, epochs=1).values
     ck = load_checkpoint(tmp_path)
     assert {str(a.dtype) for a in ck.params.values()} == {"float64"}
     assert ck.recipe is not None and ck.recipe["precision"] == "fp64"
     losses = StepLosses()
     recipe = Recipe(**{**RECIPE, "precision": "fp64", "epochs": 2})  # type: ignore[arg-type]
-    Trainer(recipe, backend, out_dir=tmp_path, resume=tmp_path, plugins=[losses],
+    Trainer(recipe, backend_name, out_dir=tmp_path, resume=tmp_path, plugins=[losses],
             progress=False, datasets=data).fit()  # fmt: skip
     np.testing.assert_array_equal(first + losses.values, full)
 

@@ -5,13 +5,7 @@ from __future__ import annotations
 import pytest
 
 from polytrain import Backend, BackendError, get_backend
-from polytrain.testing import backends_under_test
 from polytrain.testing.functional import FunctionalConformance
-
-
-@pytest.fixture(scope="module", params=backends_under_test())
-def backend_name(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 class TestFunctional(FunctionalConformance):

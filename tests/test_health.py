@@ -14,7 +14,6 @@ from polytrain.cli.main import main
 from polytrain.errors import ConfigError
 from polytrain.io.checkpoint import CheckpointManager
 from polytrain.plugins.registry import get_backend
-from polytrain.testing.conformance import backends_under_test
 from polytrain.training.health import RunHealth, tensor_problem
 from polytrain.training.recipe import Recipe
 from polytrain.training.trainer import Trainer
@@ -28,12 +27,11 @@ def step_losses(out: Path) -> dict[int, float]:
     return {r["global_step"]: r["loss"] for r in records if r["event"] == "step"}
 
 
-@pytest.mark.parametrize("backend", backends_under_test())
 def test_a_loss_that_explodes_but_stays_finite_stops_and_keeps_no_bad_checkpoint(
-    backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    backend_name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "run"
-    args = ["train", "--backend", backend, *SGD, "--lr", "1e6", "--checkpoint-every", "1"]
+    args = ["train", "--backend", backend_name, *SGD, "--lr", "1e6", "--checkpoint-every", "1"]
     assert main([*args, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err

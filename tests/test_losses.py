@@ -21,8 +21,6 @@ from polytrain.neutral.losses import (
 )
 from polytrain.neutral.models import Linear, ModelSpec, seq
 from polytrain.plugins.records import EpochRecord, RunInfo
-from polytrain.plugins.registry import get_backend
-from polytrain.testing.conformance import backends_under_test
 from polytrain.training.builtin_plugins import ProgressBar
 from polytrain.training.step import StepRunner
 
@@ -46,11 +44,6 @@ def _case(spec: LossSpec, dtype: str) -> tuple[np.ndarray, np.ndarray]:
     if spec.name == "bce_with_logits":
         return outputs, rng.random((6, 4)).astype(np.float32)
     return outputs, rng.standard_normal((6, 4)).astype(np.float32)
-
-
-@pytest.fixture(scope="module", params=backends_under_test())
-def backend(request: pytest.FixtureRequest) -> Any:
-    return get_backend(request.param)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -13,7 +13,6 @@ import pytest
 
 from polytrain.backend.base import Backend
 from polytrain.plugins.registry import get_backend
-from polytrain.testing import backends_under_test
 from polytrain.testing.recorders import StepLosses
 from polytrain.training.recipe import Recipe
 from polytrain.training.trainer import Trainer
@@ -22,11 +21,6 @@ from polytrain.training.trainer import Trainer
 RECIPE: dict[str, Any] = dict(
     model="mlp", batch_size=8, epochs=2, optimizer="momentum", lr=0.05, seed=3
 )
-
-
-@pytest.fixture(scope="module", params=backends_under_test())
-def backend_name(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,6 @@ from polytrain.testing import backends_under_test
 from polytrain.training.step import StepRunner
 
 
-@pytest.fixture(scope="module", params=backends_under_test())
-def backend(request: pytest.FixtureRequest) -> Backend:
-    return get_backend(str(request.param))
-
-
 def _batch(seed: int, n: int = 16) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     return rng.random((n, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, n)

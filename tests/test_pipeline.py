@@ -14,8 +14,7 @@ from polytrain.data import ArrayDataset
 from polytrain.errors import BackendError, ConfigError
 from polytrain.neutral.models import ModelSpec, get_model_spec
 from polytrain.neutral.optim import OptimizerConfig
-from polytrain.plugins.registry import get_backend
-from polytrain.testing import backends_under_test, tiny_resnet
+from polytrain.testing import tiny_resnet
 from polytrain.testing.recorders import StepLosses
 from polytrain.training.pipeline import PipelineModel, pipeline_backend, split_spec
 from polytrain.training.recipe import Recipe
@@ -23,11 +22,6 @@ from polytrain.training.step import StepRunner
 from polytrain.training.trainer import Datasets, Trainer
 
 TOL = 1e-6
-
-
-@pytest.fixture(scope="module", params=backends_under_test())
-def backend(request: pytest.FixtureRequest) -> Backend:
-    return get_backend(str(request.param))
 
 
 def run(

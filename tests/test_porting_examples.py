@@ -49,10 +49,9 @@ def test_paddle_mnist_same_losses_on_every_backend(
     assert max(losses.values()) - min(losses.values()) <= 1e-5, losses
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_paddle_mnist_multi_as_one_process(backend: str, tmp_path: Path) -> None:
+def test_paddle_mnist_multi_as_one_process(backend_name: str, tmp_path: Path) -> None:
     losses = example("paddle_mnist_multi").main(
-        ["--backend", backend, "--train-samples", "300", "--out", str(tmp_path)]
+        ["--backend", backend_name, "--train-samples", "300", "--out", str(tmp_path)]
     )
     assert len(losses) == 3 and all(np.isfinite(losses))
     assert (tmp_path / "losses.json").exists()
@@ -80,17 +79,17 @@ def test_paddle_mnist_multi_two_processes_equal_one(tmp_path: Path) -> None:
     assert "loss is:" in (tmp_path / "logs" / "workerlog.0").read_text()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_mxnet_async(backend: str, capsys: pytest.CaptureFixture[str]) -> None:
-    result = example("mxnet_async").main(["--backend", backend, "--size", "64", "--repeat", "5"])
+def test_mxnet_async(backend_name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    result = example("mxnet_async").main(
+        ["--backend", backend_name, "--size", "64", "--repeat", "5"]
+    )
     assert result["finished"] >= result["returned"]
     assert result["value"] == pytest.approx(0.5**6)  # (0.5 I)^6
     assert "c = [[3. 3.]]" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_speed_tips(backend: str) -> None:
-    result = example("speed_tips").main(["--backend", backend, "--train-samples", "256"])
+def test_speed_tips(backend_name: str) -> None:
+    result = example("speed_tips").main(["--backend", backend_name, "--train-samples", "256"])
     assert result["accumulate_max_diff"] <= 1e-6
     assert result["data_parallel_loss_diff"] <= 1e-6
     assert result["batch_16_samples_per_s"] > 0

@@ -45,11 +45,6 @@ CPU_REASON = {
 }
 
 
-@pytest.fixture(scope="module", params=backends_under_test())
-def backend(request: pytest.FixtureRequest) -> Backend:
-    return get_backend(str(request.param))
-
-
 def batch(n: int = 64, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     return rng.random((n, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, n)

@@ -37,16 +37,15 @@ def fit(recipe: Recipe, backend: str, out: Path | None, resume: Path | None = No
     return losses.values
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_a_spec_object_trains_checkpoints_and_resumes(backend: str, tmp_path: Path) -> None:
-    whole = fit(Recipe(model=mlp(), epochs=2, **SMALL), backend, None)  # type: ignore[arg-type]
-    first = fit(Recipe(model=mlp(), epochs=1, **SMALL), backend, tmp_path)  # type: ignore[arg-type]
+def test_a_spec_object_trains_checkpoints_and_resumes(backend_name: str, tmp_path: Path) -> None:
+    whole = fit(Recipe(model=mlp(), epochs=2, **SMALL), backend_name, None)  # type: ignore[arg-type]
+    first = fit(Recipe(model=mlp(), epochs=1, **SMALL), backend_name, tmp_path)  # type: ignore[arg-type]
     saved = load_checkpoint(tmp_path)
     assert saved.recipe is not None and saved.recipe["model"]["name"] == "my-mlp"
     # resumed from the checkpoint's own recipe: the spec comes back from its dict
     again = Recipe.from_dict({**saved.recipe, "epochs": 2})
     assert again.model == mlp()
-    rest = fit(again, backend, tmp_path, resume=tmp_path)
+    rest = fit(again, backend_name, tmp_path, resume=tmp_path)
     assert len(whole) == 6 and whole[-1] < whole[0]  # it trained
     np.testing.assert_allclose(first + rest, whole, rtol=0, atol=1e-12)
 

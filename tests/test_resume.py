@@ -42,21 +42,19 @@ def run(backend: str, data: Datasets, epochs: int, out: Path | None, resume: Pat
     return losses.values, trainer
 
 
-@pytest.mark.parametrize("backend", backends_under_test())
-def test_resume_equals_uninterrupted_run(backend: str, data: Datasets, tmp_path: Path) -> None:
-    full, _ = run(backend, data, 4, None)
-    first, _ = run(backend, data, 2, tmp_path)
-    second, trainer = run(backend, data, 4, tmp_path, resume=tmp_path)
+def test_resume_equals_uninterrupted_run(backend_name: str, data: Datasets, tmp_path: Path) -> None:
+    full, _ = run(backend_name, data, 4, None)
+    first, _ = run(backend_name, data, 2, tmp_path)
+    second, trainer = run(backend_name, data, 4, tmp_path, resume=tmp_path)
     assert len(first) + len(second) == len(full) == 40
     np.testing.assert_allclose(first + second, full, rtol=0, atol=1e-6)
     assert [e.epoch for e in trainer.history] == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("backend", backends_under_test())
-def test_resume_on_another_device_count(backend: str, data: Datasets, tmp_path: Path) -> None:
-    full, _ = run(backend, data, 4, None)
-    first, _ = run(backend, data, 2, tmp_path)
-    second, _ = run(backend, data, 4, tmp_path, resume=tmp_path, devices="cpu:3")
+def test_resume_on_another_device_count(backend_name: str, data: Datasets, tmp_path: Path) -> None:
+    full, _ = run(backend_name, data, 4, None)
+    first, _ = run(backend_name, data, 2, tmp_path)
+    second, _ = run(backend_name, data, 4, tmp_path, resume=tmp_path, devices="cpu:3")
     # three devices sum their shards' gradients in another order than one: float32 rounding,
     # up to 6.6e-7 (torch), 1.3e-6 (Paddle), 3.9e-7 (MXNet) over these 20 steps, measured
     # (the test failed on Paddle at 1e-6 in some test orders); 5e-6 is 4x Paddle's

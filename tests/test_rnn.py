@@ -21,7 +21,6 @@ from polytrain.io.checkpoint import find_checkpoint, load_checkpoint, save_check
 from polytrain.io.convert import builtin_map
 from polytrain.neutral import reference, reference_grad
 from polytrain.neutral.models import GRU, LSTM, Flatten, Linear, ModelSpec, seq
-from polytrain.testing import backends_under_test
 
 SUFFIX = {"torch": ".pt", "paddle": ".pdparams", "mxnet": ".params"}
 
@@ -94,20 +93,18 @@ def test_native_names_per_format() -> None:
     assert not mxnet["lstm.weight_ih_l1"].transpose
 
 
-@pytest.mark.parametrize("backend", backends_under_test())
-def test_recurrent_weights_round_trip_native_formats(backend: str, tmp_path: Path) -> None:
+def test_recurrent_weights_round_trip_native_formats(backend_name: str, tmp_path: Path) -> None:
     """What each backend writes reads back canonical, and what polytrain writes in that
     format loads into the backend and into the framework's own loader, strictly."""
-    assert_native_round_trip(backend, rnn_spec(), tmp_path)
+    assert_native_round_trip(backend_name, rnn_spec(), tmp_path)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("backend", backends_under_test())
-def test_stacked_layers_first_in_the_net_get_exact_gradients(backend: str, dtype: str) -> None:
+def test_stacked_layers_first_in_the_net_get_exact_gradients(backend_name: str, dtype: str) -> None:
     """The conformance cases feed the layer an input that needs a gradient; here it is
     the net's first layer, fed data that needs none (MXNet 1.9's float64 fused kernel then
     skipped the gradient between stacked layers: layer 0 off by up to 8e-2)."""
-    b = get_backend(backend)
+    b = get_backend(backend_name)
     spec = ModelSpec("first", seq(("lstm", LSTM(3, 4, num_layers=2)), ("gru", GRU(4, 5, 2)),
                                   ("flat", Flatten()), ("head", Linear(30, 4))),
                      input_shape=(6, 3), num_classes=4, init="torch_default")  # fmt: skip

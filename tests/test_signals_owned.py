@@ -220,12 +220,11 @@ print(json.dumps({"before": before, "after": after, "hits": hits}))
 """
 
 
-@pytest.mark.parametrize("backend", backends_under_test())
-def test_a_backend_leaves_every_signal_to_python(backend: str) -> None:
+def test_a_backend_leaves_every_signal_to_python(backend_name: str) -> None:
     """Building a backend installs no C++ handler (Paddle's glog handler took SIGTERM,
     SIGSEGV, SIGFPE, SIGILL, SIGABRT, SIGBUS; MXNet's took SIGSEGV), and a Python
     SIGTERM handler set before still runs after."""
-    done = subprocess.run([sys.executable, "-c", CAUGHT, backend], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", CAUGHT, backend_name], capture_output=True,
                           text=True, timeout=300, check=False)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     found = json.loads(done.stdout.strip().splitlines()[-1])
@@ -366,16 +365,19 @@ def test_a_wait_on_the_users_code_is_said(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", backends_under_test())
-def test_sigterm_at_random_moments_ends_with_polytrains_line(backend: str, tmp_path: Path) -> None:
+def test_sigterm_at_random_moments_ends_with_polytrains_line(
+    backend_name: str, tmp_path: Path
+) -> None:
     """TRIES processes, each SIGTERMed at a uniform random moment of its life: no framework
     dump, no hang, exit 143 with the one line (or 0: it finished first), checkpoints load."""
-    life = process_life(backend, tmp_path)
-    rng = random.Random(f"{SEED}-{backend}")
+    life = process_life(backend_name, tmp_path)
+    rng = random.Random(f"{SEED}-{backend_name}")
     delays = [rng.uniform(0.0, life) for _ in range(TRIES)]
     with ThreadPoolExecutor(PARALLEL) as pool:
         outcomes = list(
-            pool.map(lambda i: signal_once(backend, tmp_path / f"try{i}", delays[i]), range(TRIES))
+            pool.map(
+                lambda i: signal_once(backend_name, tmp_path / f"try{i}", delays[i]), range(TRIES)
+            )
         )
     labels: Counter[str] = Counter()
     found: Counter[str] = Counter()
@@ -384,7 +386,7 @@ def test_sigterm_at_random_moments_ends_with_polytrains_line(backend: str, tmp_p
         label, problems = judge(outcome)
         labels[label] += 1
         found.update(problem.split(" (")[0] for problem in problems)
-        _log(backend, outcome, label, problems)
+        _log(backend_name, outcome, label, problems)
         if problems:
             shown = outcome.stderr.strip() or outcome.stdout.strip()
             tail = "\n    ".join(shown.splitlines()[-8:])
@@ -393,5 +395,5 @@ def test_sigterm_at_random_moments_ends_with_polytrains_line(backend: str, tmp_p
         ", ".join(f"{k}: {v}" for k, v in sorted(c.items())) or "no problems"
         for c in (labels, found)
     )
-    print(f"\n{backend}: {TRIES} SIGTERMs over {life:.1f} s (seed {SEED}): {counts}")
-    assert not failures, f"{backend} (seed {SEED}; {counts}):\n" + "\n".join(failures)
+    print(f"\n{backend_name}: {TRIES} SIGTERMs over {life:.1f} s (seed {SEED}): {counts}")
+    assert not failures, f"{backend_name} (seed {SEED}; {counts}):\n" + "\n".join(failures)

@@ -19,11 +19,6 @@ from polytrain.training.trainer import Trainer
 SMALL = dict(train_samples=512, test_samples=300, batch_size=64, epochs=2)
 
 
-@pytest.fixture(scope="module", params=backends_under_test())
-def backend_name(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 class Recorder:
     def __init__(self) -> None:
         self.events: list[str] = []

@@ -93,7 +93,6 @@ def _data(path: Path, n_train: int = 40, n_test: int = 10, **extra: np.ndarray |
     return path
 
 
-@pytest.mark.parametrize("backend_name", backends_under_test())
 def test_train_a_user_factory_on_npz_data(
     backend_name: str, helper: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
