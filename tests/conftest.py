@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,15 @@ from hypothesis import settings
 from polytrain import get_backend
 from polytrain.backend.base import Backend
 from polytrain.testing import backends_under_test
+
+# The test files sit in area folders (tests/io/, tests/training/, ...: scripts/dev/group-tests)
+# and import tests/'s helper modules and each other by bare name (``from convert_helpers
+# import ...``, ``from test_convert import ...``): tests/ and every area folder are on sys.path.
+TESTS = Path(__file__).resolve().parent
+AREAS = sorted(p for p in TESTS.iterdir() if p.is_dir() and any(p.glob("test_*.py")))
+for _folder in [TESTS, *AREAS]:
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 
 settings.register_profile("default", max_examples=50, deadline=None)
 settings.register_profile("fuzz", max_examples=2500, deadline=None)
