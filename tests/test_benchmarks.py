@@ -15,6 +15,7 @@ from benchmarks import parity_steps
 from polytrain.testing import backends_under_test
 
 
+@pytest.mark.slow
 def test_parity_steps_fp64_differences_are_tiny(capsys: pytest.CaptureFixture[str]) -> None:
     names = backends_under_test()
     argv = ["--backends", ",".join(names), "--model", "lenet", "--steps", "3",
@@ -84,6 +85,7 @@ def test_mxnet_step_benchmark_runs_all_three() -> None:
     assert re.search(r"polytrain/plain-channels: samples/s \d\.\d+ \[", proc.stdout)
 
 
+@pytest.mark.slow
 def test_torch_malloc_benchmark_runs_both(capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch")
     from benchmarks import torch_malloc
@@ -120,6 +122,7 @@ def test_flops_count_residual_blocks_and_batch_norm() -> None:
     assert train_flops_per_sample(spec) == 3 * total - first
 
 
+@pytest.mark.slow
 def test_run_benchmark_reports_the_round_peak(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     from benchmarks.run import ROOT
@@ -144,6 +147,7 @@ def test_run_benchmark_reports_the_round_peak(tmp_path: Path) -> None:
     assert min(fractions) <= result["round_peak_fraction"]["median"] <= max(fractions)
 
 
+@pytest.mark.slow
 def test_run_benchmark_times_paddle_against_its_static_graph_loop(tmp_path: Path) -> None:
     pytest.importorskip("paddle")
     from benchmarks.native_paddle_static import VARIANTS
@@ -165,6 +169,7 @@ def test_run_benchmark_times_paddle_against_its_static_graph_loop(tmp_path: Path
 
 
 # Paddle's own BatchNorm2D warns at every training forward (polytrain's does not)
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:When training, we now always track:UserWarning")
 def test_paddles_resnet18_loops_start_from_the_specs_weights() -> None:
     """The hand-written ResNet-18 loops (dygraph and static graph) load the spec's

@@ -38,6 +38,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
     return code, out
 
 
+@pytest.mark.slow
 def test_compare_writes_json_and_png(report: tuple[int, Path]) -> None:
     code, out = report
     assert code == 0
@@ -52,6 +53,7 @@ def test_compare_writes_json_and_png(report: tuple[int, Path]) -> None:
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
 
 
+@pytest.mark.slow
 def test_lockstep_steps_agree_closely(report: tuple[int, Path]) -> None:
     _, out = report
     lock = json.loads((out / "comparison.json").read_text())["lockstep"]
@@ -68,6 +70,7 @@ def test_lockstep_steps_agree_closely(report: tuple[int, Path]) -> None:
     assert "on each of 8 steps" in " ".join((out / "stdout.txt").read_text().split())
 
 
+@pytest.mark.slow
 def test_broken_tolerance_exits_non_zero(tmp_path: Path) -> None:
     names = backends_under_test()
     if len(names) < 2:

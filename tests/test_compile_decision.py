@@ -132,6 +132,7 @@ TINY: dict[str, Any] = dict(model="mlp", train_samples=100, test_samples=32, bat
                             optimizer="sgd", lr=0.1, epochs=1)  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.skipif("torch" not in backends_under_test(), reason="needs the torch backend")
 def test_torch_compiles_into_the_users_cache_and_the_next_run_sees_it_warm(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -307,6 +307,7 @@ def logits(backend: str, path: Path, x: np.ndarray) -> np.ndarray:
     return np.concatenate([runner.predict(x[i : i + 2000]) for i in range(0, len(x), 2000)])
 
 
+@pytest.mark.slow
 @needs_all
 def test_logits_agree_after_conversion(mnist_t10k: np.ndarray, tmp_path: Path) -> None:
     assert len(mnist_t10k) == 10_000

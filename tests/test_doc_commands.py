@@ -13,6 +13,7 @@ from doc_commands import NOT_RUN, command_lines, run_doc, runnable_blocks
 DOCS = runnable_blocks()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("doc", sorted(DOCS))
 def test_doc_commands_run_as_shown(doc: str, tmp_path: Path) -> None:
     assert run_doc(doc, tmp_path)

@@ -20,6 +20,7 @@ def reports() -> dict[str, dict]:  # type: ignore[type-arg]
     return {r["backend"]: r for r in run_doctor(backends_under_test(), collectives=False)}
 
 
+@pytest.mark.slow
 def test_doctor_reports_every_backend(reports) -> None:  # type: ignore[no-untyped-def]
     for name in backends_under_test():
         r = reports[name]
@@ -31,6 +32,7 @@ def test_doctor_reports_every_backend(reports) -> None:  # type: ignore[no-untyp
             assert verdict["ok"] or verdict["why"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_precision_claims_match_training(reports, precision: str) -> None:  # type: ignore[no-untyped-def]
     for name in backends_under_test():

@@ -93,6 +93,7 @@ def section(outputs: dict[str, str], backend: str, example: str) -> str:
     return text
 
 
+@pytest.mark.slow
 def test_scratch_example(outputs: dict[str, str], backend_name: str) -> None:
     text = section(outputs, backend_name, "d2l_scratch_data_parallel")
     assert re.search(
@@ -100,12 +101,14 @@ def test_scratch_example(outputs: dict[str, str], backend_name: str) -> None:
     )
 
 
+@pytest.mark.slow
 def test_concise_example(outputs: dict[str, str], backend_name: str) -> None:
     text = section(outputs, backend_name, "d2l_concise_data_parallel")
     assert "lenet on cpu:0,cpu:1,cpu:2, global batch 64 = 22 per device" in text
     assert re.search(r"epoch 1: train loss [\d.]+, test acc [\d.]+", text)
 
 
+@pytest.mark.slow
 def test_dataparallel_tutorial_example(outputs: dict[str, str], backend_name: str) -> None:
     text = section(outputs, backend_name, "pytorch_dataparallel_tutorial")
     assert re.search(r"Train Accuracy is:[\d.]+%, Test Accuracy is:[\d.]+", text)

@@ -479,6 +479,7 @@ def test_launch_read_only_log_dir(tmp_path: Path) -> None:
     assert imported == []  # refused before any engine starts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
 def test_launch_concurrent_run(engine: str, tmp_path: Path) -> None:
     master = "127.0.0.1:29631"

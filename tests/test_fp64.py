@@ -42,6 +42,7 @@ def train(backend: str, data: Datasets, out: Path | None = None, **changes: obje
     return losses
 
 
+@pytest.mark.slow
 def test_free_runs_agree_across_frameworks_and_device_counts(data: Datasets) -> None:
     runs = {b: train(b, data).values for b in BACKENDS}
     runs[f"{BACKENDS[0]} cpu:3"] = train(BACKENDS[0], data, devices="cpu:3").values
@@ -51,6 +52,7 @@ def test_free_runs_agree_across_frameworks_and_device_counts(data: Datasets) -> 
         np.testing.assert_allclose(losses, reference, rtol=0, atol=1e-10, err_msg=name)
 
 
+@pytest.mark.slow
 def test_checkpoint_keeps_float64_and_resume_is_exact(
     backend_name: str, data: Datasets, tmp_path: Path
 ) -> None:

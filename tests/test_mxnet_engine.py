@@ -37,6 +37,7 @@ def _train(tmp_path: Path, name: str, **env: str) -> tuple[dict, str, list[float
     return records[0]["threads"], run.stderr, losses
 
 
+@pytest.mark.slow
 def test_one_process_runs_naive_engine_on_every_core_with_the_same_numbers(
     tmp_path: Path,
 ) -> None:

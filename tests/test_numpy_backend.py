@@ -139,6 +139,7 @@ def _cli_losses(name: str, out: Path) -> list[float]:
     return [r["loss"] for r in read_metrics(out / "metrics.jsonl") if r["event"] == "step"]
 
 
+@pytest.mark.slow
 def test_cli_fp64_training_equals_every_framework_step_by_step(tmp_path: Path) -> None:
     others = [n for n in backends_under_test() if n != "numpy"]
     if not others:
@@ -206,6 +207,7 @@ def test_backward_twice_through_a_freed_graph_is_an_error(backend: Backend) -> N
 # -- pip install polytrain, and nothing else -----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_fresh_install_trains_and_compares_with_numpy_alone(tmp_path: Path) -> None:
     """A new venv with ``pip install polytrain`` (from this repository; numpy and the
     pure-Python dependencies from the package index): no framework is imported, numpy

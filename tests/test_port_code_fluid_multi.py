@@ -214,6 +214,7 @@ def test_multi_seed_converts_every_call(tmp_path: Path, capsys: pytest.CaptureFi
     assert "fluid" not in re.sub(r"#.*", "", text)
 
 
+@pytest.mark.slow
 def test_converted_multi_seed_in_two_processes_equals_fluids_steps(tmp_path: Path) -> None:
     """train_multi_gpu() converted, under torchrun with 2 CPU processes, 5 epochs of 250
     images (batches 100, 100, 50): each step's printed (scaled) loss on each rank and the

@@ -178,6 +178,7 @@ def test_paddle_alexnet_several_linear_layers_and_dropout() -> None:
     }
 
 
+@pytest.mark.slow
 def test_a_twin_with_torch_dropout_fails_at_the_first_linear_after_it() -> None:
     """Paddle's AlexNet scales by 1 - p in eval: a twin with torch's Dropout is off by 2x."""
     vision = pytest.importorskip("paddle.vision.models")

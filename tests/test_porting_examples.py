@@ -31,6 +31,7 @@ def example(name: str) -> ModuleType:
     return module
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_paddle_mnist_same_losses_on_every_backend(
     optimizer: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -51,6 +51,7 @@ def test_resume_equals_uninterrupted_run(backend_name: str, data: Datasets, tmp_
     assert [e.epoch for e in trainer.history] == [0, 1, 2, 3]
 
 
+@pytest.mark.slow
 def test_resume_on_another_device_count(backend_name: str, data: Datasets, tmp_path: Path) -> None:
     full, _ = run(backend_name, data, 4, None)
     first, _ = run(backend_name, data, 2, tmp_path)
@@ -61,6 +62,7 @@ def test_resume_on_another_device_count(backend_name: str, data: Datasets, tmp_p
     np.testing.assert_allclose(first + second, full, rtol=0, atol=5e-6)
 
 
+@pytest.mark.slow
 def test_checkpoint_moves_between_backends(data: Datasets, tmp_path: Path) -> None:
     """Train on each backend, continue on every other: the continuation starts from the
     same state, so its first losses match the writer's own continuation closely."""
@@ -85,6 +87,7 @@ def test_resume_refuses_a_changed_recipe(data: Datasets, tmp_path: Path) -> None
                 progress=False, datasets=data)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_resume_finishes(tmp_path: Path) -> None:
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "polytrain", "train", "--backend", "torch", "--train-samples",

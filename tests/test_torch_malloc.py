@@ -59,6 +59,7 @@ def _run(env: dict[str, str]) -> tuple[str, float]:
     return state, float(faults)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not GLIBC, reason="the thresholds are glibc's")
 def test_a_training_step_reuses_freed_memory() -> None:
     state, faults = _run({})
@@ -70,6 +71,7 @@ def test_a_training_step_reuses_freed_memory() -> None:
     assert faults < system_faults / 10
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not GLIBC, reason="the thresholds are glibc's")
 @pytest.mark.parametrize(
     ("name", "value"),

@@ -122,6 +122,7 @@ def test_torch_run_logs_to_the_users_tracking_uri(
     assert "metrics.jsonl" in artifact_paths(client, run.info.run_id)
 
 
+@pytest.mark.slow
 def test_a_resumed_run_continues_its_mlflow_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
