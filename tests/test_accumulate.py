@@ -51,6 +51,7 @@ def assert_same_results(got: list[StepResult], ref: list[StepResult]) -> None:
         assert g.loss_sum == pytest.approx(r.loss_sum, rel=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("steps", [1, 5])
 def test_k_micro_batches_equal_one_batch(backend: Backend, steps: int) -> None:
     batches = make_batches(steps, 64)
@@ -60,6 +61,7 @@ def test_k_micro_batches_equal_one_batch(backend: Backend, steps: int) -> None:
     assert_same_results(results, ref_results)
 
 
+@pytest.mark.slow
 def test_uneven_micro_batches_still_average_the_global_batch(backend: Backend) -> None:
     batches = make_batches(2, 10)  # 3 micro-batches of 4, 3, 3
     ref, _ = train(backend, "cpu", 1, batches, optimizer="sgd")

@@ -51,6 +51,7 @@ def test_paddle_conv_bias_benchmark_runs_both(capsys: pytest.CaptureFixture[str]
     assert len(losses) == 2 and abs(float(losses[0]) - float(losses[1])) < 1e-4
 
 
+@pytest.mark.slow
 def test_torch_layers_benchmark_runs_both() -> None:
     pytest.importorskip("torch")
     from benchmarks.run import ROOT
@@ -65,6 +66,7 @@ def test_torch_layers_benchmark_runs_both() -> None:
     assert "(equal)" in out
 
 
+@pytest.mark.slow
 def test_mxnet_step_benchmark_runs_all_three() -> None:
     pytest.importorskip("mxnet")
     from benchmarks.run import ROOT

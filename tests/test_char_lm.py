@@ -79,6 +79,7 @@ def _token_model() -> ModelSpec:
     return ModelSpec("tokens", net, input_shape=(5,), num_classes=6)
 
 
+@pytest.mark.slow
 def test_user_sequence_npz_trains_with_perplexity(backend_name: str, tmp_path: Path) -> None:
     """--data file.npz with int ids x [N, T] and next-id targets y [N, T] (uint8 ids are
     ids, not pixels); the run reports the test perplexity, exp of the mean token loss."""
@@ -120,6 +121,7 @@ def test_token_inputs_are_checked_in_one_line(tmp_path: Path) -> None:
         Trainer(recipe, "numpy", progress=False)
 
 
+@pytest.mark.slow
 @needs_corpus
 def test_char_lm_preset_fp64_runs_agree_across_frameworks(tmp_path: Path) -> None:
     """The preset's model and data on every backend from the same start: per-step losses

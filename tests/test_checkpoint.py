@@ -331,6 +331,7 @@ _WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["manager", "overwrite"])
 def test_sigkill_at_random_moments_always_leaves_a_valid_checkpoint(
     tmp_path: Path, mode: str

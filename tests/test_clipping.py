@@ -43,6 +43,7 @@ def replica_grads(backend: Backend, model: Any) -> list[dict[str, np.ndarray]]:
     return [backend.gradients(model, replica=r) for r in range(model.num_devices)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_clip_gradients_clamps_every_replica(backend: Backend, dtype: str) -> None:
     """Each element to [-v, v], in the gradients' dtype (0.1 is no float32 number: a
@@ -83,6 +84,7 @@ def numpy_clip(grads: dict[str, np.ndarray], norm: float | None, value: float | 
             g *= coef
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("dtype", "clip"),
     [("float64", "norm"), ("float64", "value"), ("float64", "both"), ("float32", "both")],

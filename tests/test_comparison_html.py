@@ -138,6 +138,7 @@ def chromium(binary: str, profile: Path, *args: str) -> subprocess.CompletedProc
     return done
 
 
+@pytest.mark.slow
 def test_headless_chromium_draws_the_page(compared: tuple[Path, str], tmp_path: Path) -> None:
     binary = find_chromium()
     out, _ = compared

@@ -48,6 +48,7 @@ def test_a_log_renamed_into_place_is_followed_from_its_start(tmp_path: Path) -> 
     assert got == b"joined as rank 0\nstep 1\n"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif("torch" not in backends_under_test(), reason="needs torch")
 def test_launch_shows_rank_zero_on_the_console(tmp_path: Path) -> None:
     code = "import os; print('hello from rank', os.environ['RANK'])"

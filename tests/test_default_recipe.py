@@ -8,6 +8,8 @@ from 2.30 to above 4.
 
 from __future__ import annotations
 
+import pytest
+
 from polytrain.testing.recorders import StepLosses
 from polytrain.training.recipe import Recipe
 from polytrain.training.trainer import Trainer
@@ -16,6 +18,7 @@ STEPS = 20
 SLICE = dict(train_samples=STEPS * Recipe().batch_size, test_samples=256, epochs=1)
 
 
+@pytest.mark.slow
 def test_default_recipe_loss_never_rises_above_its_start(backend_name: str) -> None:
     losses = StepLosses()
     Trainer(Recipe(**SLICE), backend_name, plugins=[losses], progress=False).fit()  # type: ignore[arg-type]

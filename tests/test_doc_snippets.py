@@ -36,6 +36,7 @@ def test_the_docs_have_code_blocks() -> None:
     assert len(_ids("python")) >= 2 and len(_ids("bash")) >= 5 and _ids("excerpt")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("snippet", _ids("python"), ids=lambda s: s.id)
 def test_python_block_runs_as_shown(snippet: Snippet, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "backends")])}

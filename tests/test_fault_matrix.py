@@ -197,6 +197,7 @@ def test_train_read_only_output(tmp_path: Path) -> None:
         assert os.listdir(ro) == []
 
 
+@pytest.mark.slow
 def test_train_concurrent_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
     first = polytrain("train", "--backend", "numpy", *LONG, "--out", out)
@@ -214,6 +215,7 @@ def test_train_concurrent_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main(["train", "--backend", "numpy", *TINY, "--out", str(out), "--overwrite"]) == 0
 
 
+@pytest.mark.slow
 def test_train_sigterm(backend_name: str, tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = polytrain("train", "--backend", backend_name, *LONG, "--out", out)
@@ -229,6 +231,7 @@ def test_train_sigterm(backend_name: str, tmp_path: Path) -> None:
     assert lock_is_free(out)
 
 
+@pytest.mark.slow
 def test_train_sigkill(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
     proc = polytrain("train", "--backend", "numpy", *LONG, "--train-samples", "3200",
@@ -282,6 +285,7 @@ def test_compare_read_only_output(tmp_path: Path) -> None:
         assert os.listdir(ro) == []
 
 
+@pytest.mark.slow
 def test_compare_concurrent_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cmp"
     first = polytrain(*COMPARE, *LONG, "--train-samples", "1600", "--out", out)
@@ -375,6 +379,7 @@ def test_convert_read_only_output(
         assert os.listdir(ro) == ["model.pt"]
 
 
+@pytest.mark.slow
 def test_convert_concurrent_run(tmp_path: Path, resnet_checkpoint: Path, original: Path) -> None:
     first = _convert_mid_write(resnet_checkpoint, original)
     second = polytrain("convert", resnet_checkpoint, original, "--to", "torch")
@@ -408,6 +413,7 @@ def _old_or_whole_new(target: Path, source: Path) -> None:
         assert_same(read_weights(target).params, load_checkpoint(source).params)
 
 
+@pytest.mark.slow
 def test_convert_sigterm(resnet_checkpoint: Path, original: Path) -> None:
     proc = _convert_mid_write(resnet_checkpoint, original)
     proc.send_signal(signal.SIGTERM)
@@ -454,6 +460,7 @@ def listening(port: int) -> bool:
 PRINTS = [sys.executable, "-c", "print('x' * 100000)"]  # more than the full disk takes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
 def test_launch_disk_full(engine: str, tmp_path: Path) -> None:
     with mounted_tmpfs(tmp_path / "small", "size=64k") as small:

@@ -239,6 +239,7 @@ def test_port_read_only_output(tmp_path: Path, port_models: Path) -> None:
         assert os.listdir(ro) == []
 
 
+@pytest.mark.slow
 def test_port_concurrent_run(original: Path, port_models: Path) -> None:
     procs = [start(*port_args("small", original)) for _ in range(2)]
     errs = [stderr_of(p) for p in procs]

@@ -119,6 +119,7 @@ def batchnorm_run(
     return losses, b.get_params(model), runner.predict(x)
 
 
+@pytest.mark.slow
 def test_batchnorm_training_agrees_across_frameworks() -> None:
     runs = {name: batchnorm_run(name) for name in BACKENDS}
     ref_losses, ref_params, ref_logits = runs[BACKENDS[0]]

@@ -38,6 +38,7 @@ def run_check(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[int, dic
     return proc.returncode, report, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_every_part_reports_no_cuda_device_and_exits_0(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHON": sys.executable}
     code, report, output = run_check(tmp_path, env)
@@ -54,6 +55,7 @@ def test_every_part_reports_no_cuda_device_and_exits_0(tmp_path: Path) -> None:
     assert "no CUDA device" in output
 
 
+@pytest.mark.slow
 def test_runs_from_the_source_tree_without_an_installed_polytrain(tmp_path: Path) -> None:
     """A clean environment, and an interpreter that reads no site-packages .pth files
     (``-S``: this venv's editable install of polytrain is gone); the frameworks come from

@@ -125,6 +125,7 @@ class TermDuringEvaluation:
         threading.Thread(target=watch, daemon=True).start()
 
 
+@pytest.mark.slow
 def test_sigterm_during_the_evaluation_stops_between_batches(tmp_path: Path) -> None:
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "polytrain", "train", "--backend", "numpy", "--train-samples",

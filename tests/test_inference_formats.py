@@ -147,6 +147,7 @@ def test_pdiparams_with_pir_program_converts_to_a_torch_twin(
     assert_close(twin_logits(tmp_path / "net.pt", x), want)
 
 
+@pytest.mark.slow
 def test_pdiparams_with_legacy_pdmodel_converts_with_structured_names(tmp_path: Path) -> None:
     pytest.importorskip("paddle")
     pytest.importorskip("torch")

@@ -113,6 +113,7 @@ def test_naive_engine_shares_a_writeable_batch_with_cpu0_only() -> None:
     assert _run(SHARES, _engine.NAIVE).split() == ["-1.0", "20.0", "1.0"]
 
 
+@pytest.mark.slow
 def test_the_threaded_engine_copies_every_batch() -> None:
     # its operators may read a batch after the step returned
     assert _run(SHARES, _engine.THREADED).split() == ["0.0", "20.0", "1.0"]
@@ -141,6 +142,7 @@ for read_only in (False, True):
 """
 
 
+@pytest.mark.slow
 def test_shared_and_copied_batches_train_to_the_same_losses_in_fp64() -> None:
     shared, copied = _run(TRAIN, _engine.NAIVE).splitlines()
     assert shared == copied

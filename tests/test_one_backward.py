@@ -31,6 +31,7 @@ def _gradients(b: Backend, model: object, x: np.ndarray, y: np.ndarray) -> dict[
     return b.gradients(model)
 
 
+@pytest.mark.slow
 def test_one_backward_gives_the_gradients_of_zero_and_add(backend: Backend) -> None:
     b, spec = backend, get_model_spec("lenet")
     model = b.build_model(spec)

@@ -279,6 +279,7 @@ def test_gluon_states_are_read_without_running_code(tmp_path: Path) -> None:
 # -- the neutral checkpoint and --resume ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_resume_continues_a_paddle_adam_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -52,6 +52,7 @@ def max_diff(a: dict[str, Any], b: dict[str, Any]) -> float:
     return max(float(np.abs(np.asarray(a[k]) - np.asarray(b[k])).max()) for k in a)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "model,split", [("lenet", 1), ("lenet", 4), ("lenet", 7), ("lenet", 9), ("tiny-resnet", 3)]
 )

@@ -141,6 +141,7 @@ def fluid_result(source: str, rank: int) -> dict[str, Any]:
     return {"out": losses[rank], "grads": summed, "group": [True, rank, 2]}
 
 
+@pytest.mark.slow
 def test_distributed_entries_compute_fluids_numbers_in_two_processes(tmp_path: Path) -> None:
     """Each converted example in both ranks of one torchrun job (the process group made by
     prepare_context's conversion), against fluid 1.8's results; float64, 1e-12."""

@@ -42,6 +42,7 @@ def _tiny_mnist(path: Path, seed: int = 0, train: int = 200) -> None:
         json.dump([part(train), part(20), part(20)], f)
 
 
+@pytest.mark.slow
 def test_mnist_seed_converted_trains_on_torch(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

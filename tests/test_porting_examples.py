@@ -64,6 +64,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif("torch" not in BACKENDS, reason="the launched run uses torch")
 def test_paddle_mnist_multi_two_processes_equal_one(tmp_path: Path) -> None:
     script = [str(EXAMPLES / "paddle_mnist_multi.py"), "--backend", "torch", "--train-samples",

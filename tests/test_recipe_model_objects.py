@@ -37,6 +37,7 @@ def fit(recipe: Recipe, backend: str, out: Path | None, resume: Path | None = No
     return losses.values
 
 
+@pytest.mark.slow
 def test_a_spec_object_trains_checkpoints_and_resumes(backend_name: str, tmp_path: Path) -> None:
     whole = fit(Recipe(model=mlp(), epochs=2, **SMALL), backend_name, None)  # type: ignore[arg-type]
     first = fit(Recipe(model=mlp(), epochs=1, **SMALL), backend_name, tmp_path)  # type: ignore[arg-type]
@@ -67,6 +68,7 @@ def test_anything_else_is_one_line(model: object) -> None:
         Recipe(model=model)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_compare_runs_a_spec_object_on_each_backend(tmp_path: Path) -> None:
     """Each backend's run is a process: the spec goes to them as ``model.json``."""
     names = ["numpy", BACKENDS[0] if BACKENDS[0] != "numpy" else BACKENDS[1]]

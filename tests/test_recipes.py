@@ -36,6 +36,7 @@ def test_vit_tiny_is_a_small_pre_norm_vit() -> None:
     assert reference.forward(spec, spec.init_params(0), x).shape == (2, 10)
 
 
+@pytest.mark.slow
 def test_vit_fp64_runs_agree_within_1e_10_per_step(data: Datasets) -> None:
     """The preset's first steps in float64 on every backend: the same loss to 1e-10."""
     runs = {}

@@ -42,6 +42,7 @@ def run(backend: str, data: Datasets, epochs: int, out: Path | None, resume: Pat
     return losses.values, trainer
 
 
+@pytest.mark.slow
 def test_resume_equals_uninterrupted_run(backend_name: str, data: Datasets, tmp_path: Path) -> None:
     full, _ = run(backend_name, data, 4, None)
     first, _ = run(backend_name, data, 2, tmp_path)

@@ -99,6 +99,7 @@ def test_recurrent_weights_round_trip_native_formats(backend_name: str, tmp_path
     assert_native_round_trip(backend_name, rnn_spec(), tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_stacked_layers_first_in_the_net_get_exact_gradients(backend_name: str, dtype: str) -> None:
     """The conformance cases feed the layer an input that needs a gradient; here it is

@@ -220,6 +220,7 @@ print(json.dumps({"before": before, "after": after, "hits": hits}))
 """
 
 
+@pytest.mark.slow
 def test_a_backend_leaves_every_signal_to_python(backend_name: str) -> None:
     """Building a backend installs no C++ handler (Paddle's glog handler took SIGTERM,
     SIGSEGV, SIGFPE, SIGILL, SIGABRT, SIGBUS; MXNet's took SIGSEGV), and a Python
@@ -270,6 +271,7 @@ def _stopped_by_sigterm(proc: subprocess.Popen[str]) -> str:
     return stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", [b for b in backends_under_test() if b in FRAMEWORK_LIBRARIES])
 def test_sigterm_while_the_framework_loads(backend: str, tmp_path: Path) -> None:
     """The signal lands as soon as the framework's library is mapped, mid-import: held

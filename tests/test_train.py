@@ -43,6 +43,7 @@ class Recorder:
         self.events.append("end")
 
 
+@pytest.mark.slow
 def test_small_run_learns_and_reports(backend_name: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     recorder = Recorder()
     trainer = Trainer(
@@ -61,6 +62,7 @@ def test_small_run_learns_and_reports(backend_name: str, tmp_path) -> None:  # t
     assert records[-1]["event"] == "end"
 
 
+@pytest.mark.slow
 def test_first_steps_agree_across_backends(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Same seed, same data order: every backend's first losses agree closely."""
     names = backends_under_test()
@@ -110,6 +112,7 @@ def test_cli_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert "Unknown model 'vgg'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_warmup_sets_each_steps_lr(backend_name: str) -> None:
     """Linear warm-up: step k of N uses lr*(k+1)/N; the backend applies the lr it is given."""
     rec = Recorder()
