@@ -86,6 +86,7 @@ def max_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
     return max(float(np.max(np.abs(a[k].astype(np.float64) - b[k]))) for k in a)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_step_on_n_devices_equals_one_device(backend: Backend, optimizer: str, n: int) -> None:
@@ -108,6 +109,7 @@ def test_step_on_n_devices_equals_one_device(backend: Backend, optimizer: str, n
             assert diff <= TOL, where
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_replicas_stay_identical(backend: Backend, optimizer: str) -> None:
     model = backend.build_model(SPEC, backend.devices("cpu:3"))
@@ -122,6 +124,7 @@ def test_replicas_stay_identical(backend: Backend, optimizer: str) -> None:
         assert diff == 0.0, f"replica {replica} drifted by {diff:.2e}"
 
 
+@pytest.mark.slow
 def test_trainer_on_three_devices_matches_one(backend: Backend) -> None:
     """The recipe loop (``polytrain train --devices cpu:3``): same losses, same accuracy."""
     rng = np.random.default_rng(7)

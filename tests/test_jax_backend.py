@@ -51,6 +51,7 @@ def train(
     return {"params": backend.get_params(model), "slots": opt.get_slots(), "losses": losses}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("devices", "accumulate", "clip", "fast"),
     [

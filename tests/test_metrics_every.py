@@ -54,6 +54,7 @@ def test_reading_every_n_steps_gives_the_same_numbers(
     assert 0 < ref_epochs[-1]["accuracy"] < 1  # a count that the test can get wrong
 
 
+@pytest.mark.slow
 def test_mid_epoch_resume_gives_the_uninterrupted_totals(
     backend_name: str, data: Any, tmp_path: Path
 ) -> None:

@@ -129,6 +129,7 @@ def static_step_of(trainer: Trainer) -> Any:
     return PaddleModel.of(trainer.model).static
 
 
+@pytest.mark.slow
 def test_resume_moves_between_static_and_eager(data: Datasets, tmp_path: Path) -> None:
     full, _ = train(data, True, 4, None)
     first, _ = train(data, True, 2, tmp_path / "s")

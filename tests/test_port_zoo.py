@@ -165,6 +165,7 @@ def gluon_alexnet() -> Any:
 # -- Paddle's model zoo -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_paddle_alexnet_several_linear_layers_and_dropout() -> None:
     vision = pytest.importorskip("paddle.vision.models")
     source = vision.alexnet(num_classes=10)  # its flatten needs 6x6 maps: 224x224 inputs

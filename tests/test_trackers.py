@@ -83,6 +83,7 @@ def check_csv(out: Path) -> None:
         assert row["val_accuracy"] == ""  # None: an empty cell
 
 
+@pytest.mark.slow
 def test_numpy_run_logs_csv_and_mlflow_in_its_out_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -104,6 +105,7 @@ def test_numpy_run_logs_csv_and_mlflow_in_its_out_dir(
     assert (out / "mlartifacts").is_dir()  # the local store keeps its artifacts in --out
 
 
+@pytest.mark.slow
 def test_torch_run_logs_to_the_users_tracking_uri(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -171,6 +173,7 @@ def test_unknown_or_missing_tracker_is_one_line_before_any_work(
     assert not (out / "metrics.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_the_recipe_file_key_and_overwrite(tmp_path: Path) -> None:
     """``log = [...]`` in a recipe file; tensorboard goes to --out/tensorboard; --overwrite
     starts the CSV files anew."""
