@@ -87,7 +87,7 @@ def test_user_sequence_npz_trains_with_perplexity(backend_name: str, tmp_path: P
     ids = rng.integers(0, 6, (12, 6)).astype(np.uint8)
     npz = tmp_path / "seq.npz"
     np.savez(npz, x_train=ids[:8, :5], y_train=ids[:8, 1:], x_test=ids[8:, :5], y_test=ids[8:, 1:])
-    model = "tests.test_char_lm:_token_model"
+    model = "tests.training.test_char_lm:_token_model"
     recipe = preset_recipe(
         "char-lm-fortunes",
         {"model": model, "data": str(npz), "schedule": "constant", "batch_size": 8},
@@ -112,7 +112,7 @@ def test_user_sequence_npz_trains_with_perplexity(backend_name: str, tmp_path: P
 def test_token_inputs_are_checked_in_one_line(tmp_path: Path) -> None:
     npz = tmp_path / "bad.npz"
     np.savez(npz, x_train=np.full((4, 5), 6), y_train=np.zeros((4, 5), np.int64))
-    recipe = preset_recipe("char-lm-fortunes", {"model": "tests.test_char_lm:_token_model",
+    recipe = preset_recipe("char-lm-fortunes", {"model": "tests.training.test_char_lm:_token_model",
                                                 "data": str(npz)})  # fmt: skip
     with pytest.raises(DataError, match=r"input ids range over 6\.\.6, but the model's Embedding"):
         Trainer(recipe, "numpy", progress=False)
