@@ -146,14 +146,14 @@ def verdict(problems: list[str], summary: str, figures: Figures) -> tuple[str, s
 
 
 def conformance(cfg: Config) -> tuple[str, str, Figures]:
-    """The shipped suite (tests/test_conformance.py, TestConformance) for torch on the
+    """The shipped suite (tests/backends/test_conformance.py, TestConformance) for torch on the
     device: ``POLYTRAIN_TEST_DEVICE`` moves its models and tensors there."""
     import importlib.metadata
     import os
     import xml.etree.ElementTree as ET
 
     report = cfg.work_dir / "conformance.xml"
-    cmd = [sys.executable, "-m", "pytest", "tests/test_conformance.py", "-q", "-k",
+    cmd = [sys.executable, "-m", "pytest", "tests/backends/test_conformance.py", "-q", "-k",
            "TestConformance", f"--junitxml={report}", "-o", "junit_family=xunit2"]  # fmt: skip
     if not any(ep.name == "polytrain" for ep in importlib.metadata.entry_points(group="pytest11")):
         cmd[3:3] = ["-p", "polytrain.testing.conformance"]  # not installed: load it by name

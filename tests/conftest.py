@@ -1,14 +1,29 @@
-"""Shared test settings (hypothesis profiles) and fixtures."""
+"""Shared test settings (hypothesis profiles) and fixtures: ``backend_name`` and
+``backend`` run a test once per backend under test (``backends_under_test()``)."""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import settings
+
+from polytrain import get_backend
+from polytrain.backend.base import Backend
+from polytrain.testing import backends_under_test
+
+# The test files sit in area folders (tests/io/, tests/training/, ...: scripts/dev/group-tests)
+# and import tests/'s helper modules and each other by bare name (``from convert_helpers
+# import ...``, ``from test_convert import ...``): tests/ and every area folder are on sys.path.
+TESTS = Path(__file__).resolve().parent
+AREAS = sorted(p for p in TESTS.iterdir() if p.is_dir() and any(p.glob("test_*.py")))
+for _folder in [TESTS, *AREAS]:
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 
 settings.register_profile("default", max_examples=50, deadline=None)
 settings.register_profile("fuzz", max_examples=2500, deadline=None)
@@ -39,6 +54,19 @@ def _no_default_dtype_leak(request: pytest.FixtureRequest) -> Iterator[None]:
             sys.modules["paddle"].set_default_dtype("float32")
         if request.node.get_closest_marker("runs_user_code") is None:
             pytest.fail(f"the test left the default dtype changed: {leaked}")
+
+
+@pytest.fixture(scope="module", params=backends_under_test())
+def backend_name(request: pytest.FixtureRequest) -> str:
+    """Each backend under test by name, once per module (the id: ``[torch]``)."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def backend(backend_name: str) -> Backend:
+    """The backend named by ``backend_name``; a file whose ``backend`` means something
+    else (a name, one fixed backend) defines its own."""
+    return get_backend(backend_name)
 
 
 @pytest.fixture

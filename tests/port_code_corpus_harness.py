@@ -1,6 +1,6 @@
 """The harness that runs a corpus file (tests/fixtures/port_code_corpus) on its framework
 and, converted by ``polytrain port-code``, on PyTorch, from the same weights and batches
-(tests/test_port_code_corpus_run.py).
+(tests/porting/test_port_code_corpus_run.py).
 
 A case edits the original in a few documented places before it is converted (so both
 runs execute the same program): a data source that downloads becomes the harness's small

@@ -8,7 +8,7 @@ spec (:func:`._net.build`) runs them.
 every verb of the backend, never set process-wide: the flag only decides whether JAX keeps
 64-bit dtypes (float64 models and tensors, int64 labels) or narrows them to 32 bits, and
 polytrain gives every array an explicit dtype, so float32 programs stay float32 under it
-(tests/test_jax_backend.py checks a float32 step's program for f64) while a user's own JAX
+(tests/backends/test_jax_backend.py checks a float32 step's program for f64) while a user's own JAX
 code in the same process keeps its own setting (the context is thread-local and restored).
 """
 

@@ -41,7 +41,7 @@ class GluonRecurrentLeaves(Mapping[str, str]):
     LSTM and GRU, which name their leaves (``native_leaf``). Iterating lists nothing: the
     generic rules for files of unknown models undo renames of a name's last dotted part,
     which Gluon's ``_unfused.0.i2h_weight`` is not (such files need a map, see
-    tests/test_convert_rnn.py). It is true all the same, as a rule that renames."""
+    tests/io/test_convert_rnn.py). It is true all the same, as a rule that renames."""
 
     def __getitem__(self, leaf: str) -> str:
         native = gluon_leaf(leaf)

@@ -5,7 +5,7 @@ four, and on a CPU each one costs 20-40 us of Python dispatch and autograd bookk
 Hybridized, each is one CachedOp call: LeNet at batch 256 with 2 threads goes from 341 to
 141 us (the loss, forward and backward) and from 117 to 38 us (the count)
 (docs/performance.md, "MXNet's step graphs"). The graphs hold the same operators, so the
-floats are the same bit for bit (tests/test_mxnet_step_graphs.py).
+floats are the same bit for bit (tests/backends/test_mxnet_step_graphs.py).
 """
 
 from __future__ import annotations

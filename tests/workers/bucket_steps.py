@@ -1,4 +1,4 @@
-"""Worker for tests/test_devices_dist.py: joins the job with ``--devices gpu`` (the CPU
+"""Worker for tests/distributed/test_devices_dist.py: joins the job with ``--devices gpu`` (the CPU
 here), recording whether the process group existed when the backend made its GPU
 current; then 20 LeNet steps per gradient-sync path on this rank's slice of each
 global batch. Writes OUT/rank<R>.npz: ``<path>/<name>`` parameters and ``group_at_set``.

@@ -1,4 +1,4 @@
-"""Worker for tests/test_port_code_fluid_multi.py: runs code that ``polytrain port-code``
+"""Worker for tests/porting/test_port_code_fluid_multi.py: runs code that ``polytrain port-code``
 converted from Paddle 1.x fluid's data-parallel calls, one process per rank (torchrun
 sets RANK, WORLD_SIZE, LOCAL_RANK and the master address, which the converted code reads).
 

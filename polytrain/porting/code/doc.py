@@ -1,7 +1,7 @@
 """The supported-API list of docs/porting.md, generated from the table.
 
 ``python -m polytrain.porting.code.doc docs/porting.md`` rewrites the list between its
-markers; ``tests/test_port_code.py`` fails when the page and the table differ."""
+markers; ``tests/porting/test_port_code.py`` fails when the page and the table differ."""
 
 from __future__ import annotations
 
