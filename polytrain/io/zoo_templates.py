@@ -9,7 +9,8 @@ axis of one named tensor of the file, and the layer count ``L`` is one past the 
 layer index found. The template expands into the zoo map of that file, which is then
 checked against the file (names and shapes) as every zoo map is. The templates are the
 maps ``polytrain port`` derives for PaddleNLP's and GluonNLP's models
-(tests/test_port_bert.py, tests/test_port_gluon_bert.py), generalised over the layer.
+(tests/porting/test_port_bert.py, tests/porting/test_port_gluon_bert.py), generalised
+over the layer.
 
 A file may hold the model under its base prefix (``bert.``, from a task model); tensors
 outside the model (a pretraining or task head) are named in the mismatch, never dropped.

@@ -1,6 +1,7 @@
 """``polytrain convert FILE OUT --to torch --zoo paddlenlp:bert`` (issue 37): the named-model
 shortcut for PaddleNLP's BERT and ERNIE and GluonNLP's BERT, from the weights file alone.
-The models are those of tests/test_port_bert.py and tests/test_port_gluon_bert.py (rebuilt
+The models are those of tests/porting/test_port_bert.py and
+tests/porting/test_port_gluon_bert.py (rebuilt
 from their sources: neither package installs here), saved with their framework's own save,
 converted with the shipped template and loaded strictly into ``transformers``' twin, the
 outputs compared. ``transformers`` is a test dependency: skipped without it."""

@@ -26,7 +26,7 @@ from polytrain.training.trainer import Trainer
 
 pytestmark = pytest.mark.runs_user_code  # the factories build (and seed) framework models
 FRAMEWORKS = [name for name in ("torch", "paddle", "mxnet") if name in backends_under_test()]
-FIXTURES = Path(__file__).parent / "fixtures" / "native_models"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "native_models"
 MODULE = "tests_native_factories"
 SMALL = dict(batch_size=16, optimizer="sgd", lr=0.1, precision="fp64")
 FLAGS = ["--batch-size", "16", "--optimizer", "sgd", "--lr", "0.1", "--precision", "fp64"]

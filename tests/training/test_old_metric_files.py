@@ -18,7 +18,7 @@ from polytrain.plugins.records import EpochRecord
 from polytrain.training.builtin_plugins import read_metrics
 from polytrain.training.keep_best import KeepBest
 
-OLD_RUN = Path(__file__).parent / "fixtures" / "old_metric_keys"
+OLD_RUN = Path(__file__).parents[1] / "fixtures" / "old_metric_keys"
 
 
 def old_epochs() -> list[dict[str, float]]:
