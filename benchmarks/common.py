@@ -27,18 +27,26 @@ except ImportError:  # pragma: no cover - Windows
     resource = None  # type: ignore[assignment]
 
 from polytrain.neutral.models import (
+    GELU,
+    Add,
     AvgPool2d,
     BatchNorm2d,
     Conv2d,
     Flatten,
     GlobalAvgPool2d,
     Layer,
+    LayerNorm,
     Linear,
     MaxPool2d,
+    Mean,
     ModelSpec,
+    MultiHeadSelfAttention,
+    PositionalEmbedding,
     ReLU,
+    Reshape,
     Residual,
     Sequential,
+    Transpose,
     get_model_spec,
 )
 
@@ -195,8 +203,9 @@ class Clock:
 def forward_flops(spec: ModelSpec) -> tuple[int, int]:
     """(FLOPs of one sample's forward pass, FLOPs of the first layer with weights):
     2 per multiply-add of convolutions and dense layers, 1 per output of pooling (per
-    window element), ReLU, bias and residual sum, 4 per BatchNorm output. Sequential
-    specs with residual blocks are counted."""
+    window element), ReLU, GELU, bias, positional embedding, mean and residual sum, 4 per
+    BatchNorm output, 5 per LayerNorm output, 3 per attention score (softmax). Sequential
+    specs with residual blocks and Add branches (a ViT's) are counted."""
     total, first, _ = _net_flops(spec.net, spec.input_shape)
     return total, first or 0
 
@@ -210,6 +219,10 @@ def _net_flops(net: Layer, shape: tuple[int, ...]) -> tuple[int, int | None, tup
             if layer.shortcut is not None:
                 flops += _net_flops(layer.shortcut, shape)[0]
             flops += 2 * math.prod(out)  # the sum and its ReLU
+        elif isinstance(layer, Add):
+            branches = [_net_flops(b, shape) for b in layer.branches]
+            out, head = branches[0][2], None
+            flops = sum(b[0] for b in branches) + (len(branches) - 1) * math.prod(out)
         else:
             flops, out = _layer_flops(layer, shape)
             head = flops if isinstance(layer, Conv2d | Linear) else None
@@ -244,16 +257,16 @@ def _layer_flops(layer: Layer, shape: tuple[int, ...]) -> tuple[int, tuple[int, 
         out = layer.out_channels * ho * wo
         flops = 2 * out * c * k * k + (out if layer.bias else 0)
         return flops, (layer.out_channels, ho, wo)
-    if isinstance(layer, Linear):
+    if isinstance(layer, Linear):  # on [..., in]: every leading position
         flops = 2 * layer.in_features * layer.out_features + layer.out_features * layer.bias
-        return flops, (layer.out_features,)
+        return math.prod(shape[:-1]) * flops, (*shape[:-1], layer.out_features)
     if isinstance(layer, AvgPool2d | MaxPool2d):
         c, h, w = shape
         k = layer.kernel_size
         s = layer.stride or k
         ho, wo = (h + 2 * layer.padding - k) // s + 1, (w + 2 * layer.padding - k) // s + 1
         return c * ho * wo * k * k, (c, ho, wo)
-    if isinstance(layer, ReLU):
+    if isinstance(layer, ReLU | GELU | PositionalEmbedding):
         return math.prod(shape), shape
     if isinstance(layer, BatchNorm2d):
         return 4 * math.prod(shape), shape
@@ -261,6 +274,28 @@ def _layer_flops(layer: Layer, shape: tuple[int, ...]) -> tuple[int, tuple[int, 
         return math.prod(shape), shape[:1]
     if isinstance(layer, Flatten):
         return 0, (math.prod(shape),)
+    return _sequence_layer_flops(layer, shape)
+
+
+def _sequence_layer_flops(layer: Layer, shape: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
+    """A transformer's layers on one sample's ``shape`` (no batch axis)."""
+    if isinstance(layer, LayerNorm):
+        return 5 * math.prod(shape), shape
+    if isinstance(layer, MultiHeadSelfAttention):
+        t, e = shape
+        projections = 2 * t * e * 4 * e + 4 * t * e * layer.bias  # q, k, v and out
+        scores = 2 * 2 * t * t * e + 3 * layer.num_heads * t * t  # q k^T, softmax, p v
+        return projections + scores, shape
+    if isinstance(layer, Reshape):
+        return 0, layer.shape
+    if isinstance(layer, Transpose):
+        dims = list(shape)
+        a, b = (d - 1 if d > 0 else len(dims) + d for d in (layer.dim0, layer.dim1))
+        dims[a], dims[b] = dims[b], dims[a]
+        return 0, tuple(dims)
+    if isinstance(layer, Mean):
+        axis = layer.dim - 1 if layer.dim > 0 else len(shape) + layer.dim
+        return math.prod(shape), shape[:axis] + shape[axis + 1 :]
     raise ValueError(f"FLOP counting does not know {type(layer).__name__}")
 
 

@@ -1,21 +1,21 @@
 """polytrain against hand-written native loops: ``python -m benchmarks.run [--quick]``.
 
-For each backend, one worker process (threads fixed before the framework is imported)
-trains the same LeNet/Fashion-MNIST workload (``--model resnet18``: ResNet-18, for the
-frameworks whose native loops have it) through polytrain's Trainer (``polytrain train``'s
-automatic mode unless ``--fast``/``--no-fast``) and through that framework's idiomatic
-loop (``benchmarks/native_<framework>.py``), and where the framework has one, a
-hand-written static-graph loop (``native_<framework>_static.py``: Paddle; the faster of
-its variants, chosen by one untimed run each): one discarded round, then ``repeats``
-rounds in ABBA order (who goes first alternates). Per loop and
-round it records wall time and CPU time (the process's threads and its children) per
-sample; it reports samples/s (median and spread), the ratio polytrain/native of samples/s
-and of CPU time per sample (medians of the per-round ratios, so a drift of the machine
-hits both loops alike, each with a distribution-free 95 % confidence interval), the
-achieved GFLOP/s against the machine's measured matmul peak (the best probe of the run,
-and per round the probe taken right after it, in the same process), the CPU model, the load
-average during the rounds, and the last loss of each loop (the same weights and batches
-give the same loss: the two loops did the same work).
+For each backend, one worker process (threads fixed before the framework is imported) trains
+the same LeNet/Fashion-MNIST workload (``--model resnet18``: ResNet-18, ``--model vit``: the
+zoo's vit-tiny, for the frameworks whose native loops have it) through polytrain's Trainer
+(``polytrain train``'s automatic mode unless ``--fast``/``--no-fast``) and through that
+framework's idiomatic loop (``benchmarks/native_<framework>.py``), and where the framework
+has one, a hand-written static-graph loop (``native_<framework>_static.py``: Paddle; the
+faster of its variants, chosen by one untimed run each): one discarded round, then
+``repeats`` rounds in ABBA order (who goes first alternates). Per loop and round it records
+wall time and CPU time (the process's threads and its children) per sample; it reports
+samples/s (median and spread), the ratio polytrain/native of samples/s and of CPU time per
+sample (medians of the per-round ratios, so a drift of the machine hits both loops alike,
+each with a distribution-free 95 % confidence interval), the achieved GFLOP/s against the
+machine's measured matmul peak (the best probe of the run, and per round the probe taken
+right after it, in the same process), the CPU model, the load average during the rounds, and
+the last loss of each loop (the same weights and batches give the same loss: the two loops
+did the same work).
 
 Timings on a shared machine are noisy: read the intervals and the load, and take figures
 on a quiet one.
@@ -39,6 +39,7 @@ from .stats import load_average, median_ci
 
 BACKENDS = ("torch", "paddle", "mxnet")
 ROOT = Path(__file__).resolve().parent.parent
+SPECS = {"vit": "vit-tiny"}  # --model names that are not the zoo's own
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,8 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument(
-        "--model", default="lenet", choices=("lenet", "resnet18"),
-        help="resnet18: for frameworks whose native loops have it (paddle)",
+        "--model", default="lenet", choices=("lenet", "resnet18", "vit"),
+        help="resnet18, vit (the zoo's vit-tiny): for frameworks whose native loops have it "
+        "(resnet18: paddle; vit: jax)",
     )  # fmt: skip
     parser.add_argument(
         "--threads", type=int, default=None, help="per process (default: polytrain's)"
@@ -85,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         batch_size=args.batch_size,
         threads=args.threads,
         fast=args.fast,
-        model=args.model,
+        model=SPECS.get(args.model, args.model),
     )
     repeats = args.repeats or (6 if quick else 12)
     run_info = {
@@ -311,7 +313,7 @@ def report(
         f"{_load(run_info['load_start'])} at start, {_load(run_info['load_end'])} at end, "
         f"max {_load(max(loads, default=None))} at the rounds' starts and ends"
     )
-    model = {"lenet": "LeNet", "resnet18": "ResNet-18"}[work.model]
+    model = {"lenet": "LeNet", "resnet18": "ResNet-18", "vit-tiny": "ViT-tiny"}[work.model]
     print(
         f"{model} / Fashion-MNIST, batch {work.batch_size}, {work.steps} timed steps after "
         f"{work.warmup} warm-up, one discarded round, then {repeats} rounds in ABBA order; "

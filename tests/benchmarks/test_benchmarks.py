@@ -185,3 +185,34 @@ def test_paddles_resnet18_loops_start_from_the_specs_weights() -> None:
     want = through_polytrain.run("paddle", work, x, y).last_loss
     assert native_paddle.run(work, x, y).last_loss == pytest.approx(want, abs=1e-5)
     assert native_paddle_static.run(work, x, y).last_loss == pytest.approx(want, abs=1e-5)
+
+
+def test_jaxs_hand_written_vit_gives_polytrains_loss() -> None:
+    """The hand-written ViT loop (pure functions, one jitted step) starts from vit-tiny's
+    weights under the spec's names and computes what polytrain's jax model does: two steps
+    on the same batches end at polytrain's loss (forward and gradients agree)."""
+    pytest.importorskip("jax")
+    from benchmarks import native_jax, through_polytrain
+    from benchmarks.common import Workload, load_train
+
+    work = Workload(steps=1, warmup=1, batch_size=8, threads=1, fast=True, model="vit-tiny")
+    x, y = load_train(work.train_samples)
+    want = through_polytrain.run("jax", work, x, y).last_loss
+    assert native_jax.run(work, x, y).last_loss == pytest.approx(want, abs=1e-5)
+
+
+def test_flops_count_a_vits_attention_blocks() -> None:
+    """vit-tiny's FLOPs: the patch convolution, then per block the attention's
+    projections and scores and the MLP on 16 tokens; the head on the pooled token."""
+    from benchmarks.common import forward_flops
+    from polytrain.neutral.models import get_model_spec
+
+    total, first = forward_flops(get_model_spec("vit-tiny"))
+    t, e, hidden = 16, 64, 128
+    patch = 2 * e * t * 49 + e * t
+    attention = 2 * t * e * 4 * e + 4 * t * e + 4 * t * t * e + 3 * 4 * t * t
+    mlp = t * (2 * e * hidden + hidden + 2 * hidden * e + e) + t * hidden  # + GELU
+    norms_and_sums = 2 * (2 * 5 * t * e + 2 * t * e)
+    rest = t * e + 5 * t * e + t * e + 2 * e * 10 + 10  # positions, norm, mean, head
+    assert first == patch
+    assert total == patch + 2 * (attention + mlp) + norms_and_sums + rest
