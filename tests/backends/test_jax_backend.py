@@ -136,7 +136,7 @@ def test_backends_json_lists_capabilities(capsys: pytest.CaptureFixture[str]) ->
     assert main(["backends", "--json"]) == 0
     report = {e["name"]: e for e in json.loads(capsys.readouterr().out) if "broken" not in e}
     jax_caps = report["jax"]["capabilities"]
-    assert jax_caps["collectives"] == ["returned"]
+    assert jax_caps["collectives"] == ["returned", "processes"]
     assert jax_caps["devices"] == ["cpu", "cpu:N"]
     assert {"LSTM", "MultiHeadSelfAttention", "Conv2d"} <= set(jax_caps["layers"])
     assert report["numpy"]["capabilities"]["collectives"] == ["in-place", "returned"]

@@ -94,7 +94,16 @@ PMI = {
 
 def test_order_of_environments() -> None:
     names = tuple(e.name for e in precedence(ENVIRONMENTS))
-    assert names == ("torchrun", "paddle", "dmlc", "slurm", "openmpi", "pmi", "single")
+    assert names == ("torchrun", "paddle", "dmlc", "jax", "slurm", "openmpi", "pmi", "single")
+
+
+def test_jax_spawners_variables() -> None:
+    """What polytrain.distributed.spawn sets for a jax worker (the jax plugin's launcher)."""
+    env = {"POLYTRAIN_JAX_RANK": "3", "POLYTRAIN_JAX_WORLD_SIZE": "4",
+           "POLYTRAIN_JAX_LOCAL_RANK": "1", "POLYTRAIN_JAX_LOCAL_WORLD_SIZE": "2",
+           "POLYTRAIN_JAX_NODE_RANK": "1", "POLYTRAIN_JAX_NNODES": "2",
+           "MASTER_ADDR": "host0", "MASTER_PORT": "29500"}  # fmt: skip
+    assert topology(resolve(env)) == (3, 1, 4, 2, 1, 2, "host0", 29500, "jax")
 
 
 def test_without_the_launchers_environments_their_variables_are_not_read() -> None:
@@ -313,6 +322,7 @@ def test_single_process() -> None:
         "paddle: skipped, none of PADDLE_TRAINER_ID, PADDLE_TRAINERS_NUM, "
         "PADDLE_TRAINER_ENDPOINTS is set",
         "dmlc: skipped, none of DMLC_ROLE is set",
+        "jax: skipped, none of POLYTRAIN_JAX_RANK is set",
         "slurm: skipped, none of SLURM_PROCID is set",
         "openmpi: skipped, none of OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE is set",
         "pmi: skipped, none of PMI_RANK, PMI_SIZE is set",
