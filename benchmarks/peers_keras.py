@@ -5,7 +5,7 @@
 Runs only in the peers' own venv (``benchmarks/peers_venv.py``), with ``KERAS_BACKEND`` set
 before the import. The model is polytrain's zoo LeNet layer for layer, loaded with the same
 initial weights (``spec.init_params(seed)``, converted to Keras' kernel layouts) and fed the
-same batches in the same order (``shuffle=False`` over the data already in contract 9's
+same batches in the same order (``shuffle=False`` over the data already in polytrain's loader's
 order), so its losses follow the other loops'. ``channels_first`` is the same memory layout
 as torch's and the native loops'; ``channels_last`` (Keras' default) takes NHWC images and
 the first dense layer's rows permuted to match.

@@ -1,6 +1,6 @@
 """The Keras loop's inputs in Keras' layouts, in numpy (no Keras import: tested in the
 project's venv): the canonical initial weights as Keras kernels, and the epoch's samples in
-contract 9's batch order."""
+polytrain's loader's batch order (``BatchLoader.order``)."""
 
 from __future__ import annotations
 

@@ -99,7 +99,7 @@ def test_keras_sees_the_batches_in_the_native_loops_order() -> None:
     y = np.arange(64) % 10
     work = Workload(batch_size=16, seed=3)
     xs, ys = ordered(x, y, work, "channels_first")
-    order = np.random.default_rng([3, 0]).permutation(64)  # contract 9
+    order = np.random.default_rng([3, 0]).permutation(64)  # BatchLoader.order(0)
     np.testing.assert_array_equal(xs, x[order])
     assert ys.dtype == np.int32 and list(ys) == list(y[order])
     xl, _ = ordered(x, y, work, "channels_last")
