@@ -9,7 +9,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from polytrain.distributed.cluster import ClusterEnvironment, ClusterInfo, VariableReader
+from polytrain.distributed.cluster import (
+    ClusterEnvironment,
+    ClusterInfo,
+    VariableReader,
+    read_rank_variables,
+)
 from polytrain.distributed.launcher import LaunchSpec
 from polytrain.distributed.network import wait_for_master
 from polytrain.distributed.supervisor import EngineLauncher
@@ -29,14 +34,7 @@ class JaxEnvironment(ClusterEnvironment):
     )
 
     def read_info(self, r: VariableReader) -> ClusterInfo:
-        world = r.integer(f"{PREFIX}WORLD_SIZE", minimum=1)
-        rank = r.integer(f"{PREFIX}RANK")
-        local_world = r.integer(f"{PREFIX}LOCAL_WORLD_SIZE", default=world, minimum=1)
-        local_rank = r.integer(f"{PREFIX}LOCAL_RANK", default=rank % local_world)
-        node_rank = r.integer(f"{PREFIX}NODE_RANK", default=rank // local_world)
-        nodes = r.integer(f"{PREFIX}NNODES", default=-(-world // local_world), minimum=1)
-        master = r.master(world, f"{PREFIX}WORLD_SIZE")
-        return r.info(rank, world, local_rank, local_world, node_rank, nodes, master)
+        return read_rank_variables(r, self.labels)
 
 
 class JaxLauncher(EngineLauncher):

@@ -8,7 +8,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from polytrain.distributed.cluster import ClusterEnvironment, ClusterInfo, VariableReader
+from polytrain.distributed.cluster import (
+    ClusterEnvironment,
+    ClusterInfo,
+    VariableReader,
+    read_rank_variables,
+)
 from polytrain.distributed.launcher import LaunchSpec
 from polytrain.distributed.supervisor import EngineLauncher
 
@@ -21,14 +26,7 @@ class TorchrunEnvironment(ClusterEnvironment):
     labels = "RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE"
 
     def read_info(self, r: VariableReader) -> ClusterInfo:
-        world = r.integer("WORLD_SIZE", minimum=1)
-        rank = r.integer("RANK")
-        local_world = r.integer("LOCAL_WORLD_SIZE", default=world, minimum=1)
-        local_rank = r.integer("LOCAL_RANK", default=rank % local_world)
-        node_rank = r.integer("GROUP_RANK", default=rank // local_world)
-        nodes = r.integer("GROUP_WORLD_SIZE", default=-(-world // local_world), minimum=1)
-        master = r.master(world, "WORLD_SIZE")
-        return r.info(rank, world, local_rank, local_world, node_rank, nodes, master)
+        return read_rank_variables(r, self.labels)
 
 
 class TorchrunLauncher(EngineLauncher):

@@ -168,6 +168,20 @@ class VariableReader:
         )
 
 
+def read_rank_variables(r: VariableReader, labels: str) -> ClusterInfo:
+    """torchrun's layout of variables, under the six names ``labels`` gives (rank, world
+    size, local rank, local world size, node rank, node count): world size and rank
+    required, the others worked out when unset, MASTER_ADDR/PORT for several processes."""
+    rank_v, world_v, local_v, local_world_v, node_v, nodes_v = labels.split()
+    world = r.integer(world_v, minimum=1)
+    rank = r.integer(rank_v)
+    local_world = r.integer(local_world_v, default=world, minimum=1)
+    local_rank = r.integer(local_v, default=rank % local_world)
+    node_rank = r.integer(node_v, default=rank // local_world)
+    nodes = r.integer(nodes_v, default=-(-world // local_world), minimum=1)
+    return r.info(rank, world, local_rank, local_world, node_rank, nodes, r.master(world, world_v))
+
+
 class ClusterEnvironment(ABC):
     """One launcher. ``detect`` returns None unless one of its ``variables`` is set."""
 

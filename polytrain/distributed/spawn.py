@@ -56,6 +56,11 @@ def _stop(workers: Sequence[subprocess.Popen[bytes]], sig: int) -> None:
                 proc.send_signal(sig)
 
 
+def _exit_code(code: int) -> int:
+    """A shell's exit code for a worker's: 128 + N when signal N ended it."""
+    return code if code >= 0 else 128 - code
+
+
 def watch(workers: Sequence[subprocess.Popen[bytes]]) -> int:
     """Wait for every worker; after the first failure stop the rest. The exit code."""
     failed = 0
@@ -63,16 +68,13 @@ def watch(workers: Sequence[subprocess.Popen[bytes]]) -> int:
     while any(proc.poll() is None for proc in workers):
         codes = [proc.returncode for proc in workers if proc.returncode not in (None, 0)]
         if codes and not failed:
-            failed = codes[0] if codes[0] > 0 else 128 - codes[0]
+            failed = _exit_code(codes[0])
             _stop(workers, signal.SIGTERM)
             deadline = time.monotonic() + STOP_SECONDS
         if time.monotonic() > deadline:
             _stop(workers, signal.SIGKILL)
         time.sleep(POLL_SECONDS)
-    if failed:
-        return failed
-    code = next((p.returncode for p in workers if p.returncode != 0), 0)
-    return code if code >= 0 else 128 - code
+    return failed or _exit_code(next((p.returncode for p in workers if p.returncode != 0), 0))
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
