@@ -1,10 +1,10 @@
 """``polytrain convert FILE OUT --to torch --zoo paddlenlp:bert`` (issue 37): the named-model
 shortcut for PaddleNLP's BERT and ERNIE and GluonNLP's BERT, from the weights file alone.
 The models are those of tests/porting/test_port_bert.py and
-tests/porting/test_port_gluon_bert.py (rebuilt
-from their sources: neither package installs here), saved with their framework's own save,
-converted with the shipped template and loaded strictly into ``transformers``' twin, the
-outputs compared. ``transformers`` is a test dependency: skipped without it."""
+tests/porting/test_port_gluon_bert.py (rebuilt from their sources: neither package
+installs here), saved with their framework's own save, converted with the shipped template
+and loaded strictly into ``transformers``' twin, the outputs compared. ``transformers`` is
+a test dependency: skipped without it."""
 
 from __future__ import annotations
 
@@ -14,27 +14,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-from polytrain.cli.main import main
+from test_zoo_maps import convert, refused
 
 LAYERS = 3  # not the port tests' 2: the template expands for the file's layer count
-
-
-def convert(capsys: pytest.CaptureFixture[str], *argv: Any) -> str:
-    code = main(["convert", *map(str, argv)])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    return captured.out
-
-
-def refused(capsys: pytest.CaptureFixture[str], out: Path, *argv: Any) -> str:
-    """``polytrain convert ARGV``: exit 2, one line, nothing written."""
-    code = main(["convert", *map(str, argv)])
-    err = capsys.readouterr().err.strip()
-    assert code == 2, err
-    assert err.startswith("polytrain convert: error: ") and "\n" not in err, err
-    assert not out.exists()
-    return err
 
 
 def relative(found: np.ndarray, expected: np.ndarray) -> float:
