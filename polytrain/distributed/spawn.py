@@ -65,7 +65,7 @@ def watch(workers: Sequence[subprocess.Popen[bytes]]) -> int:
     """Wait for every worker; after the first failure stop the rest. The exit code."""
     failed = 0
     deadline = float("inf")
-    while any(proc.poll() is None for proc in workers):
+    while None in [proc.poll() for proc in workers]:  # each polled: any() would stop early
         codes = [proc.returncode for proc in workers if proc.returncode not in (None, 0)]
         if codes and not failed:
             failed = _exit_code(codes[0])

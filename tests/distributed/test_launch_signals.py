@@ -9,6 +9,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -172,6 +173,45 @@ def test_a_frozen_rank_is_named_by_the_watchdog_and_the_launcher(
     assert "polytrain: no training progress" in log0 and named in log0, logs
     assert "Timed out" not in log0 and "TIMEOUT" not in log0, logs  # not gloo's raw error
     assert _survivors(job) == []
+
+
+DIE_AT_THE_END = """
+import os
+import polytrain
+
+class DieAtTheEnd:
+    @polytrain.hookimpl
+    def polytrain_train_end(self, run, summary):
+        if run.rank == 1:  # a peer lost after its last step, before the exit barrier
+            os._exit(3)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_peer_that_dies_at_the_end_does_not_hold_the_others(
+    backend: str, tmp_path: Path, started: list[subprocess.Popen[str]]
+) -> None:
+    """jax's shutdown waits for every peer (100 s, until its heartbeats time out),
+    ps-lite's exit barrier for ever: rank 0 leaves within its --timeout, under the
+    watchdog."""
+    (tmp_path / "die_at_the_end.py").write_text(DIE_AT_THE_END)
+    timeout, logs = 8, tmp_path / "logs"
+    train = ["polytrain", "train", "--backend", backend, "--out", str(tmp_path / "run"),
+             "--quiet", "--train-samples", "640", "--test-samples", "50", "--batch-size",
+             "32", "--timeout", str(timeout), "--plugin", "die_at_the_end:DieAtTheEnd"]  # fmt: skip
+    env = {**clean_env(), "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    cmd = launch_command(backend, f"127.0.0.1:{free_port()}", logs, train)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # fmt: skip
+    started.append(proc)
+    begun = time.monotonic()
+    _, stderr = proc.communicate(timeout=300)
+    seconds, logs_text = time.monotonic() - begun, log_text(logs)
+    assert proc.returncode != 0 and "rank 1" in stderr, stderr + logs_text
+    assert "Traceback" not in (logs / "workerlog.0").read_text(errors="replace"), logs_text
+    # the run itself takes 5-30 s; jax's own bound (its heartbeats) is 100 s
+    assert seconds < 30 + 3 * timeout, f"{seconds:.0f} s\n{stderr}{logs_text}"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

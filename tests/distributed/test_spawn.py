@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 SPAWN = [sys.executable, "-m", "polytrain.distributed.spawn"]
 ARGS = ["--nproc-per-node", "2", "--node-rank", "1", "--nnodes", "2",
         "--master", "10.0.0.1:29500", "--prefix", "T_"]  # fmt: skip
@@ -29,8 +31,11 @@ def test_each_worker_gets_its_rank_and_the_master(tmp_path: Path) -> None:
     assert (tmp_path / "1").read_text() == "3 4 2 1 2 10.0.0.1 29500"
 
 
-def test_a_failed_worker_stops_the_others_with_its_code() -> None:
-    code = "import os, time; os.environ['T_LOCAL_RANK'] == '0' and exit(3); time.sleep(120)"
+@pytest.mark.parametrize("failing", ["0", "1"])
+def test_a_failed_worker_stops_the_others_with_its_code(failing: str) -> None:
+    """Whichever rank fails first (the watch once polled only up to a running worker)."""
+    fail = f"os.environ['T_LOCAL_RANK'] == '{failing}' and exit(3)"
+    code = f"import os, time; {fail}; time.sleep(120)"
     start = time.monotonic()
     proc = subprocess.run([*SPAWN, *ARGS, *worker(code)], timeout=100)
     assert proc.returncode == 3
