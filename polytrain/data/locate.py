@@ -1,4 +1,5 @@
-"""Find a dataset's files on disk, or fetch them; report where and how.
+"""Find a dataset's files on disk, or fetch them; report where and how. The one module
+that knows where datasets are (the registry only describes them); text corpora at the end.
 
 Every split of a dataset is read from ONE folder, the first of these that holds any of
 the dataset's files (any split, raw or .gz):
@@ -24,10 +25,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from polytrain.data.registry import DatasetSpec, FileSpec, SplitSpec, get_dataset
+from polytrain.data.registry import DatasetSpec, FileSpec, SplitSpec, TextCorpus, get_dataset
 from polytrain.errors import ConfigError, DataError
 
 ENV_DATA = "POLYTRAIN_DATA"
+MIRROR_ENV_PREFIX = "POLYTRAIN_MIRROR_"
 SYSTEM_DATA_DIRS: tuple[Path, ...] = (Path("/usr/share/datasets"),)
 
 RULE_DATA_DIR = "--data-dir"
@@ -281,8 +283,18 @@ def search_dirs(
     return dirs
 
 
+def names_on_disk(file: FileSpec) -> tuple[str, ...]:
+    """Names accepted on disk: the .gz, the raw file, and the dotted raw variant."""
+    raw = file.raw_name
+    names = [file.filename, raw]
+    dotted = raw.replace("-idx", ".idx", 1)
+    if dotted != raw:
+        names += [dotted, dotted + ".gz"]
+    return tuple(dict.fromkeys(names))
+
+
 def _find(directory: Path, spec: FileSpec) -> Path | None:
-    for candidate in spec.candidate_names():
+    for candidate in names_on_disk(spec):
         path = directory / candidate
         if path.is_file():
             return path
@@ -309,6 +321,25 @@ def _locate_split(spec: DatasetSpec, split: str, folder: SearchDir | None) -> Sp
     if images is not None and labels is not None:
         return SplitLocation(split, images, labels, folder.rule, folder.path)
     return SplitLocation(split, lone_files=tuple(p for p in (images, labels) if p is not None))
+
+
+def mirror_env_var(spec: DatasetSpec) -> str:
+    """The variable overriding ``spec``'s mirrors, e.g. ``POLYTRAIN_MIRROR_FASHION_MNIST``."""
+    return MIRROR_ENV_PREFIX + spec.name.upper().replace("-", "_").replace(".", "_")
+
+
+def mirror_urls(spec: DatasetSpec, env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """Base URLs to try: the variable's (comma-separated) if set, else the registry's."""
+    env = os.environ if env is None else env
+    override = env.get(mirror_env_var(spec), "").strip()
+    if override:
+        return tuple(u.strip() for u in override.split(",") if u.strip())
+    return spec.mirrors
+
+
+def file_urls(spec: DatasetSpec, filename: str, env: Mapping[str, str] | None = None) -> list[str]:
+    """The full URL of ``filename`` on every mirror, in order."""
+    return [base.rstrip("/") + "/" + filename for base in mirror_urls(spec, env)]
 
 
 def download_dir(
@@ -374,7 +405,7 @@ def fetch_dataset(
                 continue
             try:
                 download_file(
-                    spec.file_urls(file.filename, env),
+                    file_urls(spec, file.filename, env),
                     target / file.filename,
                     file.checks,
                     timeout,
@@ -428,3 +459,29 @@ def resolve_split(
     if location.found:
         return location
     raise DataError(report.missing_message(split, download=download))
+
+
+# -- text corpora: the files of a package's folder, or of --data-dir -------------------------
+
+
+def corpus_folders(corpus: TextCorpus, data_dir: PathLike | None = None) -> list[Path]:
+    """Where ``corpus`` is looked for: ``data_dir/<name>/`` then ``data_dir/``, else the
+    folder its package installs."""
+    explicit = _explicit_dir(data_dir)
+    if explicit is not None:
+        return [explicit / corpus.name, explicit]
+    return [Path(corpus.system_dir)]
+
+
+def find_corpus(corpus: TextCorpus, data_dir: PathLike | None = None) -> Path:
+    """The first folder holding every file of ``corpus``; DataError says how to get it."""
+    names = [name for name, _ in corpus.files]
+    folders = corpus_folders(corpus, data_dir)
+    for folder in folders:
+        if all((folder / n).is_file() for n in names):
+            return folder
+    raise DataError(
+        f"{corpus.name}: no folder holds all of {', '.join(names)} (looked in "
+        f"{' or '.join(str(d) for d in folders)}): `apt-get install {corpus.apt_package}`, "
+        "or --data-dir DIR with those files."
+    )

@@ -1,20 +1,17 @@
 """The datasets polytrain knows: file names, checksums, mirrors and class names.
 
-Pure data, no I/O: cheap to import. A file verifies if the md5 of its
+Pure descriptions, no I/O: cheap to import. Where a dataset's files are looked for and
+fetched from is :mod:`polytrain.data.locate`'s, alone. A file verifies if the md5 of its
 decompressed content or the md5 of the file as published (.gz) matches.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from polytrain.errors import ConfigError, DataError
-
-MIRROR_ENV_PREFIX = "POLYTRAIN_MIRROR_"
 
 
 def md5_hex(data: bytes) -> str:
@@ -74,15 +71,6 @@ class FileSpec:
         """The file name without ``.gz``."""
         return self.filename.removesuffix(".gz")
 
-    def candidate_names(self) -> tuple[str, ...]:
-        """Names accepted on disk: the .gz, the raw file, and the dotted raw variant."""
-        raw = self.raw_name
-        names = [self.filename, raw]
-        dotted = raw.replace("-idx", ".idx", 1)
-        if dotted != raw:
-            names += [dotted, dotted + ".gz"]
-        return tuple(dict.fromkeys(names))
-
 
 @dataclass(frozen=True)
 class SplitSpec:
@@ -112,26 +100,9 @@ class DatasetSpec:
     apt_package: str | None = None
 
     @property
-    def mirror_env_var(self) -> str:
-        """Env var overriding the mirrors, e.g. ``POLYTRAIN_MIRROR_FASHION_MNIST``."""
-        return MIRROR_ENV_PREFIX + self.name.upper().replace("-", "_").replace(".", "_")
-
-    @property
     def num_classes(self) -> int:
         """Number of classes."""
         return len(self.classes)
-
-    def mirror_urls(self, env: Mapping[str, str] | None = None) -> tuple[str, ...]:
-        """Base URLs to try: the env override (comma-separated) if set, else the defaults."""
-        env = os.environ if env is None else env
-        override = env.get(self.mirror_env_var, "").strip()
-        if override:
-            return tuple(u.strip() for u in override.split(",") if u.strip())
-        return self.mirrors
-
-    def file_urls(self, filename: str, env: Mapping[str, str] | None = None) -> list[str]:
-        """Full URL of ``filename`` on every mirror, in order."""
-        return [base.rstrip("/") + "/" + filename for base in self.mirror_urls(env)]
 
     def split(self, name: str) -> SplitSpec:
         """The split called ``name``; ConfigError listing the known ones otherwise."""
@@ -247,12 +218,6 @@ class TextCorpus:
     window: int = 64
     stride: int = 64
     test_fraction: float = 0.1
-
-    def folders(self, data_dir: str | os.PathLike[str] | None) -> list[Path]:
-        """Where to look: ``data_dir/<name>/`` then ``data_dir/``, else the package's folder."""
-        if data_dir is not None:
-            return [Path(data_dir) / self.name, Path(data_dir)]
-        return [Path(self.system_dir)]
 
 
 FORTUNES = TextCorpus(

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from polytrain.data.arrays import UserArrays
+from polytrain.data.locate import find_corpus
 from polytrain.data.registry import TEXT_DATASETS, TextCorpus
 from polytrain.errors import ConfigError, DataError
 
@@ -36,16 +37,7 @@ def read_corpus(
     corpus: TextCorpus, data_dir: str | os.PathLike[str] | None = None
 ) -> tuple[str, Path]:
     """The corpus's text (its files joined, each checked) and the folder it came from."""
-    names = [name for name, _ in corpus.files]
-    folder = next(
-        (d for d in corpus.folders(data_dir) if all((d / n).is_file() for n in names)), None
-    )
-    if folder is None:
-        where = " or ".join(str(d) for d in corpus.folders(data_dir))
-        raise DataError(
-            f"{corpus.name}: no folder holds all of {', '.join(names)} (looked in {where}): "
-            f"`apt-get install {corpus.apt_package}`, or --data-dir DIR with those files."
-        )
+    folder = find_corpus(corpus, data_dir)
     parts = []
     for name, checks in corpus.files:
         path = folder / name

@@ -27,6 +27,7 @@ from polytrain.data import (
     download_file,
     get_dataset,
     load_dataset,
+    locate,
     locate_dataset,
     read_idx,
     write_idx,
@@ -259,7 +260,7 @@ def test_registry() -> None:
     assert fashion.classes[0] == "T-shirt/top" and fashion.classes[-1] == "Ankle boot"
     assert get_dataset("MNIST").classes == tuple("0123456789")
     assert fashion.split("train").images.filename == "train-images-idx3-ubyte.gz"
-    assert fashion.mirror_env_var == "POLYTRAIN_MIRROR_FASHION_MNIST"
+    assert locate.mirror_env_var(fashion) == "POLYTRAIN_MIRROR_FASHION_MNIST"
     with pytest.raises(ConfigError, match="fashion-mnist, mnist"):
         get_dataset("cifar10")
     with pytest.raises(ConfigError, match="fashion-mnist, mnist"):
@@ -270,9 +271,9 @@ def test_registry() -> None:
 
 def test_mirror_env_override(monkeypatch: pytest.MonkeyPatch) -> None:
     spec = get_dataset("fashion-mnist")
-    assert spec.mirror_urls()[0].startswith("http://fashion-mnist.s3")
+    assert locate.mirror_urls(spec)[0].startswith("http://fashion-mnist.s3")
     monkeypatch.setenv("POLYTRAIN_MIRROR_FASHION_MNIST", "http://a/x/, http://b/")
-    assert spec.file_urls("f.gz") == ["http://a/x/f.gz", "http://b/f.gz"]
+    assert locate.file_urls(spec, "f.gz") == ["http://a/x/f.gz", "http://b/f.gz"]
 
 
 def test_importing_the_package_is_cheap() -> None:
