@@ -163,19 +163,7 @@ class Trainer:
             with self.folder.output_errors(self.checkpoints.resume_hint), self.stop.caught():
                 return self._fit()
         finally:
-            self._leave_job()
-
-    def _leave_job(self) -> None:
-        """Leave the job under the watchdog: the engines' exit barriers (jax's shutdown,
-        ps-lite's) wait for every peer, and one that died at the end would hold this
-        process there (jax: 100 s, until its heartbeats time out; ps-lite: for ever)."""
-        try:
-            if self.watchdog is not None:
-                self.watchdog.feed(f"{self.watchdog.where}, while leaving the job")
-            self.backend.shutdown_distributed()
-        finally:
-            if self.watchdog is not None:
-                self.watchdog.stop()
+            leave_job(self.backend, self.watchdog)
             self.folder.release()
 
     def _fit(self) -> Summary:
@@ -315,6 +303,19 @@ class Trainer:
         return evaluate_split(
             self.runner, self.backend, dataset, "test", batch_size=batch_size
         ).metric
+
+
+def leave_job(backend: Backend, watchdog: Watchdog | None) -> None:
+    """Leave the job under the watchdog: the engines' exit barriers (jax's shutdown,
+    ps-lite's) wait for every peer, and one that died at the end would hold this process
+    there (jax: 100 s, until its heartbeats time out; ps-lite: for ever)."""
+    try:
+        if watchdog is not None:
+            watchdog.feed(f"{watchdog.where}, while leaving the job")
+        backend.shutdown_distributed()
+    finally:
+        if watchdog is not None:
+            watchdog.stop()
 
 
 def train(
