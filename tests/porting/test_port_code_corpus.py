@@ -10,6 +10,7 @@ import re
 import pytest
 
 from benchmarks import port_code_corpus as corpus
+from polytrain.porting.code import convert_source
 
 ENTRIES = corpus.manifest()
 ALLOWED = {"Apache-2.0", "MIT", "BSD-3-Clause", "CC-BY-SA-4.0"}
@@ -78,3 +79,27 @@ def test_corpus_file_converts_without_a_crash_into_code_that_compiles(entry: dic
     row = corpus.measure(corpus.corpus_path(entry), entry["group"])
     assert not row.crashed, row.crashed
     assert row.compiles
+
+
+HYBRID = """from mxnet.gluon import nn
+
+def _masked_softmax(F, score, mask):
+    return F.softmax(score, axis=-1) * mask
+
+class Attention(nn.HybridBlock):
+    def hybrid_forward(self, F, score, mask):
+        weights = _masked_softmax(F, score, mask)
+        return F.expand_dims(weights, axis=1) + score.softmax(axis=-1)
+"""
+
+
+def test_hybrid_forward_F_calls_stay_marked_not_read_as_tensor_methods() -> None:
+    """gluonnlp's attention_cell.py and sequence_sampler.py: ``F.softmax(x, axis=-1)``, in
+    ``hybrid_forward`` or a function it passes ``F`` to, was converted as the tensor method
+    ``.softmax`` of ``F``: ``F.softmax(dim=x, dim=-1)``, a SyntaxError."""
+    result = convert_source(HYBRID, "attention.py")
+    compile(result.code, "attention.py", "exec")
+    assert "return F.softmax(score, axis=-1) * mask" in result.code
+    assert "F.expand_dims(weights, axis=1) + score.softmax(dim=-1)" in result.code
+    assert result.report.unconverted == {"F.softmax": 1, "F.expand_dims": 1}
+    assert "is the module mxnet.nd or mxnet.sym" in result.code
