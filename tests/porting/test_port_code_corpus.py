@@ -114,7 +114,8 @@ def _registry(tmp_path: Path, wheel_text: str, pinned_text: str) -> tuple[Path, 
     """A registry manifest (in ``root``) of a wheel's and an sdist's file, the archives in
     ``wheels``; the wheel's file pinned to the sha256 of ``pinned_text``."""
     root, wheels = tmp_path / "corpus", tmp_path / "wheels"
-    root.mkdir(), wheels.mkdir()
+    root.mkdir()
+    wheels.mkdir()
     with zipfile.ZipFile(wheels / "pkg-1.0-py3-none-any.whl", "w") as zipped:
         zipped.writestr("pkg/model.py", wheel_text)
     sdist_text = b"import mxnet as mx\n"
