@@ -1,5 +1,6 @@
 """``polytrain port-code`` on real public code (issue 36):
-``python -m benchmarks.port_code_corpus [--gather MIRRORS] [--json OUT] [--top 20]``.
+``python -m benchmarks.port_code_corpus [--gather MIRRORS] [--json OUT] [--top 20]``;
+the registry corpus: ``--gather-registry [--wheels DIR]``, then ``--registry``.
 
 The corpus is listed in ``tests/fixtures/port_code_corpus/manifest.toml``: files of public
 Paddle 2.x/3.x, fluid 1.x, Gluon and d2l repositories, each with its repository, commit,
@@ -9,6 +10,13 @@ checked against its sha256. Then every file is converted in memory and the scrip
 per file, per group and in total: the lines with framework calls, those converted, those
 left marked, crashes (an exception out of the converter), whether the output compiles, and
 the most frequent calls left unconverted (docs/porting.md quotes the totals).
+
+The registry corpus (``registry.toml`` there) is the one CI reaches: files of packages on
+the package index (wheels and an sdist), each pinned by the archive's and the text's sha256.
+``--gather-registry`` takes each archive from ``--wheels DIR`` or the cache
+(``.cache/port-code-corpus/``), else downloads it: a wheel with ``pip download --no-deps
+--only-binary :all:``, an sdist from the index's JSON page (PEP 691: ``pip download`` would
+run its ``setup.py``). The archives are read as zip or tar data: nothing in them is run.
 """
 
 from __future__ import annotations
@@ -16,10 +24,15 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
+import tarfile
 import tomllib
+import urllib.parse
+import urllib.request
+import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +42,10 @@ from polytrain.porting.code import convert_source
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "port_code_corpus"
 GROUPS = ("paddle", "fluid", "gluon", "d2l")
+REGISTRY_GROUPS = ("registry-paddle", "registry-gluon")
+CACHE = CORPUS.parent.parent.parent / ".cache" / "port-code-corpus"
+INDEX = "https://pypi.org/simple"  # or $PIP_INDEX_URL: the index pip uses
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"  # the index's JSON API (PEP 691)
 _CELL = re.compile(r"^```\{\.python \.input[^}]*\}\n(.*?)^```", re.M | re.S)
 _TAB = re.compile(r"^#@tab\s+(.*)$")
 
@@ -117,6 +134,136 @@ def gather(mirrors: Path, root: Path = CORPUS) -> int:
     return bad
 
 
+# ---- the registry corpus --------------------------------------------------------------------
+
+
+class GatherError(Exception):
+    """The registry corpus cannot be gathered as pinned: one line saying what and the fix."""
+
+
+def registry_manifest(root: Path = CORPUS) -> list[dict[str, str]]:
+    """The registry manifest's files, in order."""
+    data = tomllib.loads((root / "registry.toml").read_text(encoding="utf-8"))
+    return list(data["file"])
+
+
+def registry_archives(root: Path = CORPUS) -> dict[str, dict[str, str]]:
+    """Archive file name -> its ``package``, ``version``, ``sha256`` and ``licence``."""
+    data = tomllib.loads((root / "registry.toml").read_text(encoding="utf-8"))
+    return {a["archive"]: a for a in data["archive"]}
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _pip_download(archive: dict[str, str], cache: Path) -> None:
+    """A wheel, with pip (``--only-binary``: a wheel is only unzipped, never built)."""
+    spec = f"{archive['package']}=={archive['version']}"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+         "--only-binary", ":all:", "--dest", str(cache), spec],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise GatherError(f"pip download {spec} failed: {last}")
+
+
+def _index_download(archive: dict[str, str], cache: Path) -> None:
+    """An sdist, found on the index's JSON page (PEP 691): ``pip download`` would run its
+    setup.py to read its metadata."""
+    page = f"{os.environ.get('PIP_INDEX_URL', INDEX).rstrip('/')}/{archive['package']}/"
+    try:
+        request = urllib.request.Request(page, headers={"Accept": SIMPLE_JSON})
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            files = json.loads(reply.read())["files"]
+        found = [f["url"] for f in files if f["filename"] == archive["archive"]]
+        if not found:
+            raise GatherError(f"{page} lists no {archive['archive']}")
+        with urllib.request.urlopen(urllib.parse.urljoin(page, found[0]), timeout=300) as reply:
+            data = reply.read()
+    except (OSError, ValueError, KeyError) as exc:
+        raise GatherError(f"download of {archive['archive']} from {page} failed: {exc}") from exc
+    _write_atomically(cache / archive["archive"], data)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_bytes(data)
+    os.replace(partial, path)
+
+
+def fetch_archive(name: str, archive: dict[str, str], cache: Path, wheels: Path | None) -> Path:
+    """The archive ``name``, from ``wheels``, the cache or the index, its sha256 checked."""
+    path = (wheels if wheels is not None else cache) / name
+    if not path.exists() and wheels is not None:
+        raise GatherError(f"{path} is absent: put the archive there or leave out --wheels")
+    if not path.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        fetch = _pip_download if name.endswith(".whl") else _index_download
+        fetch(archive, cache)
+        if not path.exists():
+            raise GatherError(f"downloading {archive['package']} gave no {name}")
+    digest = _sha256(path.read_bytes())
+    if digest != archive["sha256"]:
+        raise GatherError(
+            f"{path}: sha256 {digest} differs from the manifest's {archive['sha256']}: "
+            "delete it and gather again"
+        )
+    return path
+
+
+def read_member(archive: Path, member: str) -> str:
+    """The text of ``member`` of a wheel (zip) or an sdist (tar.gz), read as data."""
+    if archive.name.endswith(".whl"):
+        with zipfile.ZipFile(archive) as zipped:
+            data = zipped.read(member)
+    else:
+        with tarfile.open(archive, "r:gz") as tarred:
+            extracted = tarred.extractfile(member)
+            if extracted is None:
+                raise GatherError(f"{archive.name}: {member} is not a file")
+            data = extracted.read()
+    return data.decode("utf-8")
+
+
+def registry_path(entry: dict[str, str], root: Path = CORPUS) -> Path:
+    return root / entry["group"] / entry["name"]
+
+
+def _gathered(entry: dict[str, str], root: Path) -> bool:
+    path = registry_path(entry, root)
+    return path.exists() and _sha256(path.read_bytes()) == entry["sha256"]
+
+
+def gather_registry(
+    wheels: Path | None = None, root: Path = CORPUS, cache: Path = CACHE
+) -> list[Path]:
+    """Write every registry file whose text is not there yet: the paths written. A text
+    whose sha256 differs from the manifest's is a ``GatherError``, never written."""
+    archives = registry_archives(root)
+    written = []
+    for entry in registry_manifest(root):
+        if _gathered(entry, root):
+            continue
+        archive = fetch_archive(entry["archive"], archives[entry["archive"]], cache, wheels)
+        try:
+            text = read_member(archive, entry["path"])
+        except KeyError as exc:
+            raise GatherError(f"{archive.name} has no {entry['path']}") from exc
+        digest = _sha256(text.encode("utf-8"))
+        if digest != entry["sha256"]:
+            raise GatherError(
+                f"{entry['name']}: sha256 {digest} of {archive.name}:{entry['path']} "
+                f"differs from the manifest's {entry['sha256']}"
+            )
+        _write_atomically(registry_path(entry, root), text.encode("utf-8"))
+        written.append(registry_path(entry, root))
+    return written
+
+
 # ---- the measurement ------------------------------------------------------------------------
 
 
@@ -172,6 +319,11 @@ def _line(label: str, rows: list[Row]) -> str:
     )
 
 
+def _groups(rows: list[Row]) -> list[str]:
+    """The groups of ``rows``, in their order."""
+    return list(dict.fromkeys(r.group for r in rows))
+
+
 def table(rows: list[Row], top: int) -> str:
     head = f"{'file':<44} {'lines':>5} {'conv':>5} {'mark':>5} {'rate':>7} {'crash':>3} compiles"
     out = [head]
@@ -180,7 +332,7 @@ def table(rows: list[Row], top: int) -> str:
             _line(f"{r.group}/{r.name}", [r]) + (f"  CRASH {r.crashed}" if r.crashed else "")
         )
     out.append("")
-    for group in GROUPS:
+    for group in _groups(rows):
         out.append(_line(f"group {group}", [r for r in rows if r.group == group]))
     out.append(_line("total", rows))
     left: Counter[str] = Counter()
@@ -205,29 +357,49 @@ def summary(rows: list[Row]) -> dict[str, Any]:
         "files": [
             {"group": r.group, "name": r.name, **numbers([r]), "left": dict(r.left)} for r in rows
         ],
-        "groups": {g: numbers([r for r in rows if r.group == g]) for g in GROUPS},
+        "groups": {g: numbers([r for r in rows if r.group == g]) for g in _groups(rows)},
         "total": numbers(rows),
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.port_code_corpus", description=__doc__
     )
     parser.add_argument("--gather", type=Path, metavar="MIRRORS", help="write the corpus first")
+    parser.add_argument(
+        "--gather-registry", action="store_true",
+        help="write the registry corpus (registry.toml) from its archives, then stop",
+    )  # fmt: skip
+    parser.add_argument(
+        "--wheels", type=Path, metavar="DIR", help="take the archives from DIR, not the index"
+    )
+    parser.add_argument("--registry", action="store_true", help="measure the registry corpus")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write the numbers as JSON")
     parser.add_argument("--top", type=int, default=20)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    if args.gather_registry:
+        try:
+            written = gather_registry(args.wheels, CORPUS, CACHE)
+        except GatherError as exc:
+            print(f"port_code_corpus: error: {exc}", file=sys.stderr)
+            return 1
+        print(f"registry corpus: {len(written)} file(s) written, {CORPUS}")
+        return 0
     if args.gather is not None and gather(args.gather):
         return 1
-    entries = manifest()
-    missing = [e["name"] for e in entries if not corpus_path(e).exists()]
+    entries = registry_manifest() if args.registry else manifest()
+    where = registry_path if args.registry else corpus_path
+    missing = [e["name"] for e in entries if not where(e).exists()]
     if missing:
-        print(
-            f"{len(missing)} corpus file(s) absent ({missing[0]}, ...): run with --gather MIRRORS"
-        )
+        fix = "--gather-registry" if args.registry else "--gather MIRRORS"
+        print(f"{len(missing)} corpus file(s) absent ({missing[0]}, ...): run with {fix}")
         return 2
-    rows = [measure(corpus_path(e), e["group"]) for e in entries]
+    rows = [measure(where(e), e["group"]) for e in entries]
     print(table(rows, args.top))
     if args.json is not None:
         args.json.write_text(json.dumps(summary(rows), indent=1) + "\n", encoding="utf-8")

@@ -38,6 +38,10 @@ SCHEDULER_ALONE = (
     "it (`opt = paddle.optimizer.X(learning_rate=sched, ...)`): PyTorch builds it on the "
     "optimizer"
 )
+HYBRID_F = (
+    "`F` is the module mxnet.nd or mxnet.sym that Gluon passes to `hybrid_forward(self, F, "
+    "...)`, not a tensor: write `forward(self, ...)` without `F` and call torch's function"
+)
 _COMMA = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
 _RECEIVER = "__polytrain_receiver__"
 Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
@@ -345,6 +349,9 @@ class PortTransformer(cst.CSTTransformer):
         if made is not None and made.called:
             self._done(original, f"{made.source}()")
             return cst.parse_expression(made.called.replace("$self", code(updated.func)))
+        if isinstance(original.func, cst.Attribute) and self._hybrid_f(original.func.value):
+            self._left(original, f"F.{original.func.attr.value}", HYBRID_F)
+            return updated
         if isinstance(original.func, cst.Attribute) and not self._foreign(original.func.value):
             entry = self._method(original.func.attr.value)
             if entry is not None and entry.kind != "attribute":
@@ -482,6 +489,20 @@ class PortTransformer(cst.CSTTransformer):
         self._removed.add(stmt)
         self._done(original, api)
         return updated
+
+    def _hybrid_f(self, receiver: cst.BaseExpression) -> bool:
+        """``receiver`` is Gluon's ``F``: the module (mxnet.nd or mxnet.sym) a HybridBlock's
+        ``hybrid_forward(self, F, ...)`` is given and passes on, a parameter named ``F`` of
+        the function it is used in where MXNet is imported; ``F.softmax(x)`` is a function
+        of it, not a tensor's method."""
+        if not isinstance(receiver, cst.Name) or receiver.value != "F":
+            return False
+        if all(fw.root != "mxnet" for fw in self.imported):
+            return False
+        current = self.get_metadata(ParentNodeProvider, receiver, None)
+        while current is not None and not isinstance(current, cst.FunctionDef):
+            current = self.get_metadata(ParentNodeProvider, current, None)
+        return current is not None and any(p.name.value == "F" for p in current.params.params)
 
     def _convert_method(
         self, original: cst.Call, updated: cst.Call, entry: Entry
