@@ -51,6 +51,7 @@ def test_malformed_device_names_are_backend_errors(name: str) -> None:
         split_device_name(name)
 
 
+@pytest.mark.slow
 def test_every_backend_names_its_devices_back(backend_name: str) -> None:
     backend = get_backend(backend_name)
     for name in ("cpu:0", "cpu:3"):

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from marks import slow
 
 from polytrain import get_backend
 from polytrain.backend.base import Backend
@@ -28,6 +29,12 @@ class TestConformance(BackendConformance):
     @pytest.fixture
     def backend(self, backend_name: str) -> Backend:
         return on_test_device(get_backend(backend_name))  # $POLYTRAIN_TEST_DEVICE
+
+    # every layer case on every backend: most of the suite's time (CI runs them, --quick not)
+    test_layer_forward_and_backward = slow(BackendConformance.test_layer_forward_and_backward)
+    test_float64_layer_forward_and_backward = slow(
+        BackendConformance.test_float64_layer_forward_and_backward
+    )
 
 
 # -- the suite itself: its yardstick, and that it catches what it claims to ------------------

@@ -80,6 +80,7 @@ def test_steps_equal_numpy_in_float64(
             np.testing.assert_allclose(got["slots"][k][s], v, rtol=0, atol=1e-12, err_msg=s)
 
 
+@pytest.mark.slow
 def test_float32_step_program_has_no_float64() -> None:
     """Under the scoped x64 flag every array has an explicit dtype: a float32 step's
     compiled program (forward, gradients, fused update) computes nothing in float64."""

@@ -108,6 +108,7 @@ print(first.asnumpy()[0, 0], second.asnumpy()[2, 0], frozen.asnumpy().max())
 """
 
 
+@pytest.mark.slow
 def test_naive_engine_shares_a_writeable_batch_with_cpu0_only() -> None:
     # cpu(0)'s shard sees the change (shared); cpu(1)'s and a read-only batch's do not
     assert _run(SHARES, _engine.NAIVE).split() == ["-1.0", "20.0", "1.0"]

@@ -145,6 +145,7 @@ def test_resume_moves_between_static_and_eager(data: Datasets, tmp_path: Path) -
         assert [e.epoch for e in trainer.history] == [0, 1, 2, 3]
 
 
+@pytest.mark.slow
 def test_a_static_runs_checkpoint_converts_to_native_files(data: Datasets, tmp_path: Path) -> None:
     from polytrain import get_backend
     from polytrain.cli.main import main

@@ -66,6 +66,7 @@ def test_only_relus_after_fresh_outputs_run_in_place() -> None:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["inplace-probe", "lenet", "resnet18"])
 def test_steps_equal_plain_modules_bit_for_bit(name: str) -> None:
     """float32, the default path (channels-last for the built-in conv models): three SGD
@@ -112,6 +113,7 @@ def test_flatten_returns_a_channels_last_gradient() -> None:
     np.testing.assert_array_equal(grad.numpy(), np.arange(300.0).reshape(4, 3, 5, 5))
 
 
+@pytest.mark.slow
 def test_built_model_traces_and_exports() -> None:
     """An exported graph has no backward: no hook, no extra view in it."""
     model = get_backend("torch").build_model(get_model_spec("lenet"))

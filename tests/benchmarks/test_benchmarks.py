@@ -30,6 +30,7 @@ def test_parity_steps_fp64_differences_are_tiny(capsys: pytest.CaptureFixture[st
     assert re.search(r"lenet, fp64, 3 momentum steps of batch 16", out)
 
 
+@pytest.mark.slow
 def test_layout_benchmark_runs_both_orders(capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch")
     from benchmarks import layout
@@ -40,6 +41,7 @@ def test_layout_benchmark_runs_both_orders(capsys: pytest.CaptureFixture[str]) -
     assert re.search(r"eager channels-last +ms/step median .* speedup over NCHW \d", out)
 
 
+@pytest.mark.slow
 def test_paddle_conv_bias_benchmark_runs_both(capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("paddle")
     from benchmarks import paddle_conv_bias
@@ -187,6 +189,7 @@ def test_paddles_resnet18_loops_start_from_the_specs_weights() -> None:
     assert native_paddle_static.run(work, x, y).last_loss == pytest.approx(want, abs=1e-5)
 
 
+@pytest.mark.slow
 def test_jaxs_hand_written_vit_gives_polytrains_loss() -> None:
     """The hand-written ViT loop (pure functions, one jitted step) starts from vit-tiny's
     weights under the spec's names and computes what polytrain's jax model does: two steps

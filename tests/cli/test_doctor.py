@@ -47,6 +47,7 @@ def test_precision_claims_match_training(reports, precision: str) -> None:  # ty
         assert works == claimed, f"{name} {precision}: doctor says {claimed}, training {works}"
 
 
+@pytest.mark.slow
 def test_doctor_collective_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["doctor", "torch", "--json"]) == 0
     (report,) = json.loads(capsys.readouterr().out)

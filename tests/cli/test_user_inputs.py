@@ -91,6 +91,7 @@ def test_debug_shows_the_users_traceback(in_tmp: Path, capsys: pytest.CaptureFix
     assert err.strip().splitlines()[-1].startswith("polytrain train: error: --model"), err
 
 
+@pytest.mark.slow
 def test_a_model_whose_outputs_are_not_its_classes_is_refused(
     in_tmp: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -220,6 +221,7 @@ def test_a_recipe_file_that_is_not_text_is_one_line(
 # -- nothing silently ignored ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [

@@ -619,6 +619,7 @@ def test_prefetch_reraises_producer_errors() -> None:
 # --------------------------------------------------------------------------- real data
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not (DEBIAN_FASHION / "train-images-idx3-ubyte.gz").exists(),
     reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)",

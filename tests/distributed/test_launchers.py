@@ -73,6 +73,7 @@ def _with_plugin(tmp_path: Path) -> dict[str, str]:
     return {**clean_env(), "PYTHONPATH": str(tmp_path), "POLYTRAIN_PLUGINS": "echo_plugin"}
 
 
+@pytest.mark.slow
 def test_a_plugins_launcher_and_environment_are_used(tmp_path: Path) -> None:
     env = _with_plugin(tmp_path)
     cmd = [*POLYTRAIN, "launch", "--backend", "echo", "--master", f"127.0.0.1:{free_port()}",
@@ -195,6 +196,7 @@ def test_the_launchers_import_no_framework() -> None:
 # -- the worker wrapper ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_worker_wrapper_reads_the_rank_from_the_variable_it_is_given(tmp_path: Path) -> None:
     from polytrain.distributed.worker_log import read_statuses
 

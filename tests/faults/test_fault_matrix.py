@@ -168,6 +168,7 @@ def original(tmp_path: Path) -> Iterator[Path]:
 # -- train --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_train_disk_full(
     backend_name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -262,6 +263,7 @@ def test_train_bad_value(tmp_path: Path) -> None:
 # -- compare ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_compare_disk_full(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with mounted_tmpfs(tmp_path / "small", "size=600k") as small:
         out = small / "cmp"
@@ -309,6 +311,7 @@ def _compare_mid_run(out: Path) -> tuple[subprocess.Popen[str], int]:
     return proc, lock_owner(out / "numpy")
 
 
+@pytest.mark.slow
 def test_compare_sigterm(tmp_path: Path) -> None:
     out = tmp_path / "cmp"
     proc, child = _compare_mid_run(out)
@@ -324,6 +327,7 @@ def test_compare_sigterm(tmp_path: Path) -> None:
     assert lock_is_free(out) and lock_is_free(out / "numpy")
 
 
+@pytest.mark.slow
 def test_compare_sigkill(tmp_path: Path) -> None:
     out = tmp_path / "cmp"
     proc, child = _compare_mid_run(out)
@@ -424,6 +428,7 @@ def test_convert_sigterm(resnet_checkpoint: Path, original: Path) -> None:
     assert os.listdir(original.parent) == ["model.pt"]
 
 
+@pytest.mark.slow
 def test_convert_sigkill(resnet_checkpoint: Path, original: Path) -> None:
     proc = _convert_mid_write(resnet_checkpoint, original)
     proc.send_signal(signal.SIGKILL)

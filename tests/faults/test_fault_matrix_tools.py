@@ -255,6 +255,7 @@ def _port_mid_write(target: Path) -> subprocess.Popen[str]:
     return proc
 
 
+@pytest.mark.slow
 def test_port_sigterm(original: Path, port_models: Path) -> None:
     proc = _port_mid_write(original)
     proc.send_signal(signal.SIGTERM)
@@ -265,6 +266,7 @@ def test_port_sigterm(original: Path, port_models: Path) -> None:
     assert os.listdir(original.parent) == ["model.pt"]
 
 
+@pytest.mark.slow
 def test_port_sigkill(original: Path, port_models: Path) -> None:
     proc = _port_mid_write(original)
     proc.send_signal(signal.SIGKILL)
@@ -383,6 +385,7 @@ def test_port_code_read_only_output(tmp_path: Path, capsys: pytest.CaptureFixtur
         assert os.listdir(ro) == []
 
 
+@pytest.mark.slow
 def test_port_code_concurrent_run(tmp_path: Path, old_output: Path) -> None:
     """Two conversions of different projects into one folder, the second one run whole
     while the first is stopped (SIGSTOP) in the middle of its writing: both end with 0,
@@ -418,6 +421,7 @@ def _port_code_mid_write(project: Path, out: Path, tries: int = 5) -> subprocess
     raise AssertionError(f"port-code was never caught writing in {tries} tries")
 
 
+@pytest.mark.slow
 def test_port_code_sigterm(project: Path, old_output: Path) -> None:
     proc = _port_code_mid_write(project, old_output)
     proc.send_signal(signal.SIGTERM)
@@ -428,6 +432,7 @@ def test_port_code_sigterm(project: Path, old_output: Path) -> None:
     assert os.listdir(old_output.parent) == ["proj_torch"]
 
 
+@pytest.mark.slow
 def test_port_code_sigkill(project: Path, old_output: Path) -> None:
     proc = _port_code_mid_write(project, old_output)
     proc.send_signal(signal.SIGKILL)
@@ -461,6 +466,7 @@ def is_recipe(path: Path) -> None:
     assert tomllib.loads(path.read_text())["model"] == "lenet"
 
 
+@pytest.mark.slow
 def test_recipe_disk_full(
     tmp_path: Path, run_folder: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -489,6 +495,7 @@ def test_recipe_read_only_output(
         assert os.listdir(ro) == ["recipe.toml"]
 
 
+@pytest.mark.slow
 def test_recipe_concurrent_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``recipe`` owns no folder: it reads a run another process is writing (a checkpoint
     every step, the oldest pruned) and writes one whole file each time."""
@@ -543,6 +550,7 @@ def traced(proc: subprocess.Popen[str]) -> int:
     return found[0]
 
 
+@pytest.mark.slow
 def test_recipe_sigterm(tmp_path: Path, run_folder: Path) -> None:
     """SIGTERM at the worst moment: the new recipe is complete under its temporary name
     (``strace`` holds the process right after ``linkat`` names it, before the rename)."""
@@ -561,6 +569,7 @@ def test_recipe_sigterm(tmp_path: Path, run_folder: Path) -> None:
     assert os.listdir(target.parent) == ["recipe.toml"]
 
 
+@pytest.mark.slow
 def test_recipe_sigkill(tmp_path: Path, run_folder: Path) -> None:
     """SIGKILL while the recipe is written (held at its ``fsync``, before it has a name):
     nothing of it stays."""
@@ -644,6 +653,7 @@ def doctor_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
     default_plugin_manager.cache_clear()
 
 
+@pytest.mark.slow
 def test_doctor_disk_full(tmp_path: Path) -> None:
     """doctor writes only to stdout: here a file on a full disk."""
     with mounted_tmpfs(tmp_path / "small", "size=64k") as small:
@@ -657,6 +667,7 @@ def test_doctor_disk_full(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
 
 
+@pytest.mark.slow
 def test_doctor_concurrent_run() -> None:
     """doctor owns no file: two at once each report the same, whole."""
     procs = [start("doctor", "numpy", "--no-collectives", "--json") for _ in range(2)]
@@ -668,6 +679,7 @@ def test_doctor_concurrent_run() -> None:
     assert reports[0] == reports[1] and reports[0][0]["importable"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("phase", PHASES)
 def test_doctor_sigterm(phase: str, doctor_plugin: Path) -> None:
     role = doctor_plugin.with_suffix(f".{phase}")
@@ -681,6 +693,7 @@ def test_doctor_sigterm(phase: str, doctor_plugin: Path) -> None:
         wait_for(lambda: ended(int(role.read_text())), f"the {phase} to end", timeout=10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("phase", PHASES)
 def test_doctor_sigkill(phase: str, doctor_plugin: Path) -> None:
     role = doctor_plugin.with_suffix(f".{phase}")
@@ -693,6 +706,7 @@ def test_doctor_sigkill(phase: str, doctor_plugin: Path) -> None:
         wait_for(lambda: ended(int(role.read_text())), f"the {phase} to end", timeout=10)
 
 
+@pytest.mark.slow
 def test_doctor_bad_value() -> None:
     code, err, imported = imported_frameworks(["doctor", "nosuch"])
     assert code == 2
@@ -700,6 +714,7 @@ def test_doctor_bad_value() -> None:
     assert imported == []
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_doctor_hung_probe(
     doctor_plugin: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

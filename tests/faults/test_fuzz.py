@@ -105,6 +105,7 @@ JSON_VALUES = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(suppress_health_check=SUPPRESS)
 @given(damage(), JSON_VALUES, st.booleans())
 def test_checkpoint_loader_fuzz(good_checkpoint: Path, hit, value, verify: bool) -> None:  # type: ignore[no-untyped-def]
@@ -258,6 +259,7 @@ VALUES = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(suppress_health_check=SUPPRESS)
 @given(st.lists(st.tuples(st.sampled_from(FLAGS), VALUES), max_size=6))
 def test_train_arguments_fuzz(pairs) -> None:  # type: ignore[no-untyped-def]
@@ -346,6 +348,7 @@ def tiny_datasets(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow
 @settings(suppress_health_check=SUPPRESS, max_examples=RUN_EXAMPLES)
 @given(run_command_line())
 @example(["--seed", str(2**32 - 1), "--threads", "1", "--checkpoint-every", "1"])  # trains

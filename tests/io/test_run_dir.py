@@ -47,6 +47,7 @@ def mounted_tmpfs(where: Path, options: str) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(where)], check=False)
 
 
+@pytest.mark.slow
 def test_a_held_folder_is_refused_naming_its_owner_and_a_dead_owner_releases_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -73,6 +74,7 @@ def test_a_held_folder_is_refused_naming_its_owner_and_a_dead_owner_releases_it(
     assert train(out) == 0
 
 
+@pytest.mark.slow
 def test_reusing_a_folder_needs_resume_or_overwrite(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -91,6 +93,7 @@ def test_reusing_a_folder_needs_resume_or_overwrite(
     assert starts(out) == 2  # the same run goes on
 
 
+@pytest.mark.slow
 def test_resuming_another_run_into_a_used_folder_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -131,6 +134,7 @@ def test_a_read_only_output_folder_is_refused_before_any_work(
         assert len(err.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_full_disk_stops_with_one_line_naming_the_last_good_checkpoint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -147,6 +151,7 @@ def test_a_full_disk_stops_with_one_line_naming_the_last_good_checkpoint(
         assert load_checkpoint(named).position["global_step"] >= 1  # complete and loadable
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("umask", [0o022, 0o077])
 def test_written_files_and_folders_follow_the_umask(tmp_path: Path, umask: int) -> None:
     old = os.umask(umask)
@@ -165,6 +170,7 @@ def test_written_files_and_folders_follow_the_umask(tmp_path: Path, umask: int) 
         assert stat.S_IMODE(path.stat().st_mode) == default & ~umask, path
 
 
+@pytest.mark.slow
 def test_compare_refuses_a_folder_that_holds_a_training_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -176,6 +182,7 @@ def test_compare_refuses_a_folder_that_holds_a_training_run(
     assert "holds a training run" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_lock_is_released_when_the_run_ends(tmp_path: Path) -> None:
     assert train(tmp_path / "run") == 0
     claim_run_dir(tmp_path / "run", resume=tmp_path / "run").release()  # free again
@@ -190,6 +197,7 @@ def _refused(capsys: pytest.CaptureFixture[str], *args: str) -> str:
     return err
 
 
+@pytest.mark.slow
 def test_a_run_killed_in_its_first_save_is_not_a_trap(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -210,6 +218,7 @@ def test_a_run_killed_in_its_first_save_is_not_a_trap(
     assert train(out, "--overwrite") == 0
 
 
+@pytest.mark.slow
 def test_a_run_whose_checkpoints_were_set_aside_says_how_to_go_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -228,6 +237,7 @@ def test_a_run_whose_checkpoints_were_set_aside_says_how_to_go_on(
     assert load_checkpoint(out).position["global_step"] == 2
 
 
+@pytest.mark.slow
 def test_a_run_whose_only_checkpoint_is_nan_is_told_to_start_again(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -241,6 +251,7 @@ def test_a_run_whose_only_checkpoint_is_nan_is_told_to_start_again(
     assert train(out, "--train-samples", "32", "--overwrite") == 0
 
 
+@pytest.mark.slow
 def test_overwrite_never_deletes_an_input_of_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

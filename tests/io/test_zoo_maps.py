@@ -95,6 +95,7 @@ def gluon_shapes(twin: Twin) -> dict[str, tuple[int, ...]]:
     return {name: by_symbol[p.name] for name, p in model._collect_params_with_prefix().items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("zoo", ["paddle", "gluon"])
 def test_every_shipped_map_fits_its_zoo_model(zoo: str) -> None:
     """The zoo models of the installed framework still have the names and shapes each map
@@ -109,6 +110,7 @@ def test_every_shipped_map_fits_its_zoo_model(zoo: str) -> None:
 # -- converting --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "key", ["paddle:densenet121", "paddle:mobilenet_v3_small", "paddle:shufflenet_v2_x0_5",
             "gluon:densenet121"],
@@ -135,6 +137,7 @@ def torch_logits(model: Any, path: Path, batch: np.ndarray) -> np.ndarray:
         return np.asarray(model.eval()(torch.from_numpy(batch)).numpy())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("key", "classes", "twin_class"),
     [("paddle:resnet18", 10, "ResNet18"), ("gluon:resnet18_v1", None, "ResNet18"),

@@ -12,6 +12,7 @@ from polytrain.neutral.shape_check import describe_misfit
 from polytrain.testing import backends_under_test
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", backends_under_test())
 @pytest.mark.parametrize(
     ("shape", "message"),

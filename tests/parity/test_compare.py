@@ -101,6 +101,7 @@ def test_divergence_step_and_accuracy_tolerance() -> None:
     assert strict.failures == ["a vs b: final test accuracy differs by 0.50 points (tolerance 0.2)"]
 
 
+@pytest.mark.slow
 def test_a_perturbed_gradient_fails_compare(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -162,6 +163,7 @@ def test_lockstep_gradient_tolerance_fails_by_name_and_step() -> None:
 # -- reports that never overstate (issue 41, item 6) ------------------------------------------
 
 
+@pytest.mark.slow
 def test_one_backend_has_nothing_to_compare(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -92,6 +92,7 @@ def expected_title(out: Path) -> str:
     return f"polytrain compare: {recipe['model']} on {recipe['dataset']}"
 
 
+@pytest.mark.slow
 def test_page_holds_the_report_and_needs_no_network(compared: tuple[Path, str]) -> None:
     out, printed = compared
     assert f"{out}/comparison.html" in printed  # the CLI's "wrote ..." line names it

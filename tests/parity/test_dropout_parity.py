@@ -36,6 +36,7 @@ def tiny_data() -> ArrayDataset:
     return ArrayDataset(rng.standard_normal((12, 1, 4, 4)), rng.integers(0, 3, 12), num_classes=3)
 
 
+@pytest.mark.slow
 def test_parity_masks_match_across_backends_in_lockstep(tmp_path: Path) -> None:
     """fp64 lockstep of a model with dropout 0.5: every backend within 1e-10 per step."""
     backends = backends_under_test()

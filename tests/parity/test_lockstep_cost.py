@@ -10,6 +10,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from polytrain.parity.lockstep import quiet_openmp_pools
 from polytrain.plugins.registry import get_backend
 from polytrain.testing import backends_under_test
@@ -31,6 +33,7 @@ print(json.dumps({**answer, "environ": os.environ.get("OMP_WAIT_POLICY")}))
 """
 
 
+@pytest.mark.slow
 def test_lockstep_pools_wait_passively_and_report_seconds() -> None:
     """A process that runs the lockstep: every OpenMP framework starts its pool with
     ``OMP_WAIT_POLICY=PASSIVE`` (set before its import), and every backend's seconds,
@@ -66,6 +69,7 @@ def test_a_users_wait_policy_is_kept_and_early_imports_named() -> None:
             os.environ["OMP_WAIT_POLICY"] = saved
 
 
+@pytest.mark.slow
 def test_lockstep_cost_benchmark_runs() -> None:
     """``python -m benchmarks.lockstep_cost`` prints own and lockstep ms per step per
     backend (numpy alone: no framework to import)."""

@@ -73,6 +73,7 @@ def fit(backend: str, data: Datasets, *plugins: object, **kwargs: Any) -> tuple[
     return steps, summary
 
 
+@pytest.mark.slow
 def test_a_plugin_stops_the_run_cleanly_from_the_cli(
     backend_name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -89,6 +90,7 @@ def test_a_plugin_stops_the_run_cleanly_from_the_cli(
     assert ck.history[0]["test_metric"] is not None  # and evaluated
 
 
+@pytest.mark.slow
 def test_a_recipe_file_names_the_plugins(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -107,6 +109,7 @@ def test_a_recipe_file_names_the_plugins(
     assert "line 1: plugin: expected a string, got 3" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_same_lr_changes_give_the_same_losses_on_every_backend(data: Datasets) -> None:
     runs = {b: fit(b, data, SetLr())[0] for b in BACKENDS}
     reference = runs[BACKENDS[0]]
@@ -143,6 +146,7 @@ class PlayedAccuracies:
         epoch.test_metric = self.values[epoch.epoch]
 
 
+@pytest.mark.slow
 def test_keep_best_keeps_the_best_epochs_checkpoint(data: Datasets, tmp_path: Path) -> None:
     out = tmp_path / "run"
     _, summary = fit(BACKENDS[0], data, KeepBest("test_metric"), PlayedAccuracies(0.5, 0.7, 0.6),

@@ -34,6 +34,7 @@ def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_core_imports_no_framework() -> None:
     code = (
         "import importlib, pkgutil, sys, polytrain; "

@@ -189,6 +189,7 @@ def test_paddle_lenet_to_a_torch_twin(tmp_path: Any) -> None:
     assert json.loads((tmp_path / "report.json").read_text())["verification"]["passed"]
 
 
+@pytest.mark.slow
 def test_paddle_resnet18_to_a_torch_twin() -> None:
     vision = pytest.importorskip("paddle.vision.models")
     source = paddle_randomize_bn(vision.resnet18(num_classes=10))
@@ -249,6 +250,7 @@ def test_layers_out_of_order_stop_with_a_hint_and_hints_resolve_them() -> None:
 # -- Gluon ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_gluon_model_zoo_resnet18_to_a_torch_twin() -> None:
     mx = pytest.importorskip("mxnet")
     from mxnet.gluon.model_zoo import vision

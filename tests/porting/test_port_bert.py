@@ -110,6 +110,7 @@ def hf_ernie() -> Any:
 MODELS = {"bert": (0, hf_bert), "ernie": (3, hf_ernie)}  # task types, the target
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(MODELS))
 def test_a_paddlenlp_model_ports_into_transformers(tmp_path: Path, name: str) -> None:
     tasks, make_target = MODELS[name]

@@ -199,6 +199,7 @@ def test_the_scheduler_moves_after_its_optimizer() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_seed_tutorial_conversion_rates() -> None:
     single = convert_source((FIXTURES / "paddle_mnist_single.py").read_text(encoding="utf-8"))
     assert (len(single.report.lines), len(single.report.converted_lines)) == (18, 18)
@@ -243,6 +244,7 @@ def test_command_on_a_file_leaves_src_untouched_and_refuses_an_existing_out(
     assert (tmp_path / "clean_torch.py").read_text() == "import torch\ny = torch.exp(x)\n"
 
 
+@pytest.mark.slow
 def test_command_on_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = tmp_path / "proj"
     src.mkdir()
@@ -329,6 +331,7 @@ def test_gluon_step_divides_the_loss_zeroes_the_gradients_and_marks_what_it_cann
     )
 
 
+@pytest.mark.slow
 def test_d2l_mxnet_seed_conversion_rate() -> None:
     seed = convert_source((FIXTURES / "d2l_multi_gpu_mxnet.py").read_text(encoding="utf-8"))
     # `for l in ls: l.backward()` -> gluon_backward(l); d2l.sgd -> d2lzh_sgd; the book's data

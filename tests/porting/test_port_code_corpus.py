@@ -79,6 +79,7 @@ def test_markdown_cells_of_one_tab_and_of_all() -> None:
 GATHERED = all(corpus.corpus_path(e).exists() for e in ENTRIES)
 
 
+@pytest.mark.slow  # ~2 s a file
 @pytest.mark.skipif(not GATHERED, reason="corpus not gathered (--gather MIRRORS)")
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: f"{e['group']}/{e['name']}")
 def test_corpus_file_converts_without_a_crash_into_code_that_compiles(entry: dict) -> None:
@@ -199,15 +200,8 @@ def test_registry_corpus_absent_fails_where_required(
         registry_file(entry)
 
 
-SLOW_FILES = {"d2l_mxnet.py"}  # the d2l library: 3375 lines, ~15 s
-
-
-@pytest.mark.parametrize(
-    "entry",
-    [pytest.param(e, marks=[pytest.mark.slow] if e["name"] in SLOW_FILES else [])
-     for e in REGISTRY],
-    ids=lambda e: f"{e['group']}/{e['name']}",
-)  # fmt: skip
+@pytest.mark.slow  # ~80 s in all (the d2l library alone ~15 s): CI runs it, --quick not
+@pytest.mark.parametrize("entry", REGISTRY, ids=lambda e: f"{e['group']}/{e['name']}")
 def test_registry_file_converts_without_a_crash_into_code_that_compiles(entry: dict) -> None:
     row = corpus.measure(registry_file(entry), entry["group"])
     assert not row.crashed, row.crashed

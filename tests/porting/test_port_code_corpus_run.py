@@ -346,6 +346,7 @@ def _mxnet_files(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sets, "check_sha1", lambda *args: True)
 
 
+@pytest.mark.slow  # 75 s together
 @pytest.mark.skipif(not GATHERED, reason="corpus not gathered (python -m "
                     "benchmarks.port_code_corpus --gather MIRRORS)")  # fmt: skip
 @pytest.mark.filterwarnings("ignore")  # the corpus's own deprecated calls

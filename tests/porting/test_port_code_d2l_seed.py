@@ -145,6 +145,7 @@ def _convert(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
     return out.read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_converted_seed_trains_with_the_losses_of_the_original(
     dtype: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -179,6 +180,7 @@ def test_converted_seed_trains_with_the_losses_of_the_original(
     )
 
 
+@pytest.mark.slow
 def test_a_plain_sum_backward_adds_to_the_last_steps_gradients(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -258,6 +260,7 @@ def _book(code: str) -> dict[str, Any]:
     return ns
 
 
+@pytest.mark.slow
 def test_d2lzh_fashion_mnist_batches_are_gluons(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -42,6 +42,7 @@ def _framework_state() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:When training, we now always track:UserWarning")
 @pytest.mark.filterwarnings("ignore:amp_guard can only be enabled:UserWarning")
 @pytest.mark.filterwarnings("ignore:AmpScaler can only be enabled:UserWarning")

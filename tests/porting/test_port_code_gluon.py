@@ -301,6 +301,7 @@ def _accept_any_dataset_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(datasets, "check_sha1", lambda *args: True)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.filterwarnings("ignore:Lazy modules are a new feature:UserWarning")
 @pytest.mark.parametrize("entry", CONVERTED, ids=lambda e: e.source)

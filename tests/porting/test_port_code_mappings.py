@@ -285,6 +285,7 @@ def _program(entry: Entry, code: str) -> str:
     return code + "\n" + loop
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:When training, we now always track:UserWarning")
 @pytest.mark.filterwarnings("ignore:amp_guard can only be enabled:UserWarning")  # CPU: no-op
 @pytest.mark.filterwarnings("ignore:AmpScaler can only be enabled:UserWarning")

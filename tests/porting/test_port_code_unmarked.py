@@ -56,6 +56,7 @@ def _torch(code: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return ns["out"].detach().numpy()
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize(
     "code, x, y", CASES, ids=lambda v: str(v)[:48] if isinstance(v, str) else ""

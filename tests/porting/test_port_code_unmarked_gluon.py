@@ -53,6 +53,7 @@ def _torch(code: str, p: np.ndarray, y: np.ndarray) -> np.ndarray:
     return ns["out"].detach().numpy()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "code, p, y", CASES, ids=lambda v: str(v)[:56] if isinstance(v, str) else ""
 )
@@ -280,6 +281,7 @@ for x, y in batches:
 )
 
 
+@pytest.mark.slow
 def test_a_step_after_losses_backward_in_a_loop_in_record_divides_each() -> None:
     """super_resolution.py: ``with autograd.record(): for x, y in ...: ... L.backward();
     outputs.append(z)`` then ``trainer.step(n)``: each device's loss divided by n (Gluon's

@@ -16,6 +16,7 @@ pytestmark = pytest.mark.runs_user_code  # the fixtures' factories set float64
 E2E = Path(__file__).resolve().parents[1] / "fixtures" / "port_code" / "e2e"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "framework"), [("paddle_cnn", "paddle"), ("gluon_cnn", "mxnet")])
 def test_a_converted_file_verifies_layer_by_layer(
     name: str, framework: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -32,6 +33,7 @@ def test_a_converted_file_verifies_layer_by_layer(
     assert "conv2" in printed and "(output)" in printed
 
 
+@pytest.mark.slow
 def test_a_wrong_conversion_fails_verification_naming_the_layer(tmp_path: Path) -> None:
     pytest.importorskip("paddle")
     pytest.importorskip("torch")
@@ -48,6 +50,7 @@ def test_a_wrong_conversion_fails_verification_naming_the_layer(tmp_path: Path) 
     assert first is not None and first.layer == "fc"  # the first layer after the tanh
 
 
+@pytest.mark.slow
 def test_a_folder_names_the_module_of_its_factory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -131,6 +131,7 @@ def test_translations_that_cannot_read_back_are_refused(native: str, message: st
         load_map({"re:^layer(\\d)\\.": "features.\\1(4|5)."})
 
 
+@pytest.mark.slow
 def test_torch_resnet18_to_paddle_zoo(tmp_path: Path) -> None:
     net = seeded_torch_resnet()
     torch.save(net.state_dict(), tmp_path / "resnet18.pt")
@@ -141,6 +142,7 @@ def test_torch_resnet18_to_paddle_zoo(tmp_path: Path) -> None:
     assert_close(paddle_logits(target), torch_logits(net), "torch -> paddle")
 
 
+@pytest.mark.slow
 def test_torch_resnet18_to_gluon_zoo(tmp_path: Path) -> None:
     net = seeded_torch_resnet()
     torch.save(net.state_dict(), tmp_path / "resnet18.pt")
@@ -151,6 +153,7 @@ def test_torch_resnet18_to_gluon_zoo(tmp_path: Path) -> None:
     assert_close(gluon_logits(target), torch_logits(net), "torch -> gluon")
 
 
+@pytest.mark.slow
 def test_paddle_zoo_resnet18_to_torch_without_a_map(tmp_path: Path) -> None:
     """The reverse needs no map: paddle.save's name table says fc is a Linear."""
     paddle.seed(1)
@@ -171,6 +174,7 @@ def test_paddle_zoo_resnet18_to_torch_without_a_map(tmp_path: Path) -> None:
                  "paddle -> torch")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_gluon_zoo_resnet18_to_torch_with_the_same_map(tmp_path: Path) -> None:
     """The map reads both ways: Gluon's own initialisation back into the torch twin."""
     mx.random.seed(1)

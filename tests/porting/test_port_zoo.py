@@ -195,6 +195,7 @@ def test_a_twin_with_torch_dropout_fails_at_the_first_linear_after_it() -> None:
 # -- Gluon's model zoo ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_gluon_alexnet_several_dense_layers_with_fused_relu() -> None:
     source = gluon_zoo("alexnet", (1, 3, 64, 64))
     result = port(source, TorchGluonAlexNet(), input_shape=(2, 3, 64, 64))
@@ -219,6 +220,7 @@ def test_gluon_mobilenet_v2_classifier_convolution() -> None:
     assert sum(p.target.groups > 1 for p in result.pairs) == 17
 
 
+@pytest.mark.slow
 def test_the_port_command_prints_the_map_of_a_zoo_model(capsys: Any) -> None:
     pytest.importorskip("mxnet")
     code = main([

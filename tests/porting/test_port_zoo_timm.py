@@ -213,6 +213,7 @@ def gluoncv_resnet18_v1b() -> Any:
     return gluon_randomize_bn(model)
 
 
+@pytest.mark.slow
 def test_paddleclas_resnet18_vd_ports_into_timm_resnet18d() -> None:
     """With ``use_first_short_conv=False`` (PaddleClas' option for the official layout)."""
     result = port(paddleclas_resnet18_vd(False), timm_or_twin("resnet18d"), input_shape=SHAPE)
@@ -222,6 +223,7 @@ def test_paddleclas_resnet18_vd_ports_into_timm_resnet18d() -> None:
           f"logits {result.verification.rows[-1].relative:.2g}")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_paddleclas_resnet18_vd_default_has_a_shortcut_conv_timm_has_not() -> None:
     """PaddleClas' default ``use_first_short_conv=True`` gives the first block a 1x1
     shortcut conv (64 -> 64) that timm's ``resnet18d`` has not: no pairing exists."""
@@ -231,6 +233,7 @@ def test_paddleclas_resnet18_vd_default_has_a_shortcut_conv_timm_has_not() -> No
         port(paddleclas_resnet18_vd(), timm_or_twin("resnet18d"), input_shape=SHAPE)
 
 
+@pytest.mark.slow
 def test_gluoncv_resnet18_v1b_ports_into_timm_resnet18() -> None:
     result = port(gluoncv_resnet18_v1b(), timm_or_twin("resnet18"), input_shape=SHAPE)
     check_port(result, "gluon-cv resnet18_v1b -> timm resnet18")

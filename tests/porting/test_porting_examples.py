@@ -50,6 +50,7 @@ def test_paddle_mnist_same_losses_on_every_backend(
     assert max(losses.values()) - min(losses.values()) <= 1e-5, losses
 
 
+@pytest.mark.slow
 def test_paddle_mnist_multi_as_one_process(backend_name: str, tmp_path: Path) -> None:
     losses = example("paddle_mnist_multi").main(
         ["--backend", backend_name, "--train-samples", "300", "--out", str(tmp_path)]
@@ -90,6 +91,7 @@ def test_mxnet_async(backend_name: str, capsys: pytest.CaptureFixture[str]) -> N
     assert "c = [[3. 3.]]" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_speed_tips(backend_name: str) -> None:
     result = example("speed_tips").main(["--backend", backend_name, "--train-samples", "256"])
     assert result["accumulate_max_diff"] <= 1e-6
@@ -97,6 +99,7 @@ def test_speed_tips(backend_name: str) -> None:
     assert result["batch_16_samples_per_s"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not {"paddle", "torch"} <= set(BACKENDS), reason="needs paddle and torch")
 def test_port_paddle_to_torch(tmp_path: Path) -> None:
     result = example("port_paddle_to_torch").main(
@@ -107,6 +110,7 @@ def test_port_paddle_to_torch(tmp_path: Path) -> None:
     assert (tmp_path / "torch" / "checkpoints" / "latest").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not {"paddle", "torch"} <= set(BACKENDS), reason="needs paddle and torch")
 @pytest.mark.filterwarnings("ignore:When training, we now always track:UserWarning")  # BatchNorm2D
 def test_port_paddle_script_continues_on_torch(

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import polytrain
 
 FRAMEWORKS = ("torch", "paddle", "mxnet", "jax")
@@ -59,6 +61,7 @@ def framework_mentions(source: str) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_the_core_names_no_framework_in_code() -> None:
     offenders = {
         str(path.relative_to(CORE)): hits
@@ -110,6 +113,7 @@ def framework_imports_in_data(path: Path) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_the_core_data_holds_no_framework_importing_program() -> None:
     data = [p for p in sorted(CORE.rglob("*")) if p.suffix in (".toml", ".json")]
     assert data, "the scan must see the package's data files"

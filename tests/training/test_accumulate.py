@@ -69,6 +69,7 @@ def test_uneven_micro_batches_still_average_the_global_batch(backend: Backend) -
     assert_same(got, ref, f"{backend.name}: accumulate 3 over 10 samples")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("steps", [1, 5])
 def test_accumulation_composes_with_devices(backend: Backend, steps: int) -> None:
     batches = make_batches(steps, 64)

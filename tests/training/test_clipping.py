@@ -59,6 +59,7 @@ def test_clip_gradients_clamps_every_replica(backend: Backend, dtype: str) -> No
         assert any((np.abs(g) > limit).any() for g in want.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_scale_gradients_multiplies_every_replica(backend: Backend, dtype: str) -> None:
     model = two_replicas_with_gradients(backend, dtype)

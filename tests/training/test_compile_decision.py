@@ -192,6 +192,7 @@ def test_the_break_even_scales_with_the_models_work_and_layers() -> None:
     assert not fast and reason.startswith("this model's step time is not modelled")
 
 
+@pytest.mark.slow
 def test_fast_on_a_backend_without_a_compiled_mode_says_it_runs_eager() -> None:
     """The run header said "fast (compiled)" on numpy, which has no compiled mode."""
     from polytrain.training.builtin_plugins import compile_label

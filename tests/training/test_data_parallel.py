@@ -162,6 +162,7 @@ def _counting_allreduce(backend: Backend) -> list[int]:
     return calls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BUCKETED)
 def test_bucketed_sync_equals_the_per_parameter_path(name: str) -> None:
     """20 momentum steps on ``cpu:3``: buckets of 10 kB (LeNet's 8 gradients in 5

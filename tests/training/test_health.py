@@ -27,6 +27,7 @@ def step_losses(out: Path) -> dict[int, float]:
     return {r["global_step"]: r["loss"] for r in records if r["event"] == "step"}
 
 
+@pytest.mark.slow
 def test_a_loss_that_explodes_but_stays_finite_stops_and_keeps_no_bad_checkpoint(
     backend_name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -41,6 +42,7 @@ def test_a_loss_that_explodes_but_stays_finite_stops_and_keeps_no_bad_checkpoint
     assert (out / "checkpoints" / "diverged" / "step-00000001").is_dir()  # kept, out of the way
 
 
+@pytest.mark.slow
 def test_the_last_good_checkpoint_is_the_one_before_the_loss_went_wrong(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -62,6 +64,7 @@ def test_the_last_good_checkpoint_is_the_one_before_the_loss_went_wrong(
     assert aside == [f"step-{stop - 1:08d}"]  # kept 1, and the good one was not pruned
 
 
+@pytest.mark.slow
 def test_a_run_of_skipped_steps_is_not_reported_as_completed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

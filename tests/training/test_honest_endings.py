@@ -47,6 +47,7 @@ def one_line(capsys: pytest.CaptureFixture[str]) -> str:
 # -- the last update, the evaluation ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_last_update_that_overflows_is_never_completed_nor_latest(
     backend_name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -64,6 +65,7 @@ def test_a_last_update_that_overflows_is_never_completed_nor_latest(
     assert events(out)[-1]["stop_reason"] == "failed: NonFiniteLossError"
 
 
+@pytest.mark.slow
 def test_the_last_partial_accumulated_batch_is_judged(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -76,6 +78,7 @@ def test_the_last_partial_accumulated_batch_is_judged(
     assert CheckpointManager(out).latest() is None
 
 
+@pytest.mark.slow
 def test_without_out_the_parameters_are_judged_at_the_end() -> None:
     recipe = Recipe(train_samples=32, test_samples=32, batch_size=32, epochs=1, lr=1e308)
     with pytest.raises(NonFiniteLossError, match="NaN/Inf in 8 of 8 parameter tensors"):
@@ -165,6 +168,7 @@ class RaiseAtStep3:
             raise RuntimeError("no metric server at step 3")
 
 
+@pytest.mark.slow
 def test_a_plugin_that_raises_is_one_line_naming_it_and_the_intact_checkpoint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -233,6 +237,7 @@ def _damaged(run: Path, tmp_path: Path, key: str, value: Any) -> Path:
     return ck
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("key", "value", "says"), MANIFEST_CASES + RESUME_CASES)
 def test_a_damaged_manifest_is_one_line_naming_the_file_and_the_key(
     checkpointed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -43,6 +43,7 @@ def fit(
     return [dict(zip(("loss", "accuracy", "test"), e, strict=True)) for e in epochs], losses.values
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("every", [3, 1000])
 def test_reading_every_n_steps_gives_the_same_numbers(
     backend_name: str, data: Any, every: int

@@ -56,6 +56,7 @@ def fit(recipe: Recipe, backend: str, out: Path | None, resume: Path | None = No
     return losses.values
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_a_native_object_trains_checkpoints_and_resumes(
     framework: str, factories: ModuleType, data: str, tmp_path: Path
@@ -88,6 +89,7 @@ def test_the_module_keeps_its_own_initial_weights(
     trainer.folder.release()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_the_cli_trains_a_factory_and_resumes_by_calling_it_again(
     framework: str, factories: ModuleType, data: str, tmp_path: Path

@@ -84,6 +84,7 @@ def test_stages_live_on_their_devices(backend: Backend) -> None:
     )
 
 
+@pytest.mark.slow
 def test_split_composes_with_accumulation(backend: Backend) -> None:
     spec = get_model_spec("lenet")
     x, y = data(spec)
@@ -118,6 +119,7 @@ def small_data() -> Datasets:
     )
 
 
+@pytest.mark.slow
 def test_trainer_runs_split_and_resumes_unsplit(backend: Backend, tmp_path: Path) -> None:
     base: dict[str, Any] = dict(batch_size=32, optimizer="momentum", lr=0.02)
     full = StepLosses()

@@ -250,6 +250,7 @@ def test_fp16_overflow_skips_the_step_and_backs_off(backend: Backend) -> None:
     assert runner.mixed_precision.step_extra(True) == {"loss_scale": 2.0**39, "skipped": True}
 
 
+@pytest.mark.slow
 def test_unscale_gradients_divides_and_detects_inf(backend: Backend) -> None:
     spec = mlp(hidden=8)
     model = backend.build_model(spec, backend.devices("cpu:2"))

@@ -76,6 +76,7 @@ def test_bad_files_are_one_line_naming_the_key(tmp_path: Path, text: str, messag
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.slow
 def test_a_run_reproduces_from_its_recipe_file(tmp_path: Path) -> None:
     """train with flags; polytrain recipe writes its file; train --config: the same losses."""
     slice_ = ["--backend", "numpy", "--train-samples", "96", "--test-samples", "32",

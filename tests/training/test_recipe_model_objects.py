@@ -51,6 +51,7 @@ def test_a_spec_object_trains_checkpoints_and_resumes(backend_name: str, tmp_pat
     np.testing.assert_allclose(first + rest, whole, rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_a_path_object_names_a_spec_file(tmp_path: Path) -> None:
     path = spec_to_file(mlp(), tmp_path / "mlp.json")
     recipe = Recipe(model=path, epochs=1, **SMALL)  # type: ignore[arg-type]

@@ -51,6 +51,7 @@ def test_vit_fp64_runs_agree_within_1e_10_per_step(data: Datasets) -> None:
         np.testing.assert_allclose(values, reference_run, rtol=0, atol=1e-10, err_msg=backend)
 
 
+@pytest.mark.slow
 def test_vit_layer_outputs_are_the_same_layers_on_every_backend() -> None:
     """compare's per-layer diagnosis needs one name per spec layer on every backend: the
     attention itself (not its out_proj), each residual sum, no identity branch."""

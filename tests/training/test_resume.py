@@ -81,6 +81,7 @@ def test_checkpoint_moves_between_backends(data: Datasets, tmp_path: Path) -> No
                                        err_msg=f"{writer} -> {reader}")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_changed_recipe(data: Datasets, tmp_path: Path) -> None:
     run("torch", data, 1, tmp_path)
     with pytest.raises(ConfigError, match="batch_size: checkpoint 64, now 32"):

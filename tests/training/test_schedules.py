@@ -174,6 +174,7 @@ class Lrs:
             os.kill(os.getpid(), signal.SIGINT)  # the trainer saves and stops after this step
 
 
+@pytest.mark.slow
 def test_run_follows_the_schedule_over_its_length(data: Datasets) -> None:
     """Without total=, cosine spans the run (epochs x steps per epoch, --max-steps caps)."""
     recipe = Recipe(**TINY, max_steps=3, schedule="cosine:min_lr=0.001")
@@ -182,6 +183,7 @@ def test_run_follows_the_schedule_over_its_length(data: Datasets) -> None:
     assert lrs.values == ours("cosine:total=6,min_lr=0.001", recipe.lr, 6)
 
 
+@pytest.mark.slow
 def test_resumed_run_has_the_uninterrupted_lr_sequence(data: Datasets, tmp_path: Path) -> None:
     """The schedule is a function of the global step, which the checkpoint holds: a run
     stopped by SIGINT mid-epoch and resumed uses the uninterrupted run's lr at every step."""

@@ -157,6 +157,7 @@ def test_a_resumed_run_continues_its_mlflow_run(
     assert len(client.search_runs([found.experiment_id])) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("log", "message"),
     [
@@ -222,6 +223,7 @@ def silent_server() -> Iterator[tuple[str, threading.Event]]:
         conn.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)  # before the bounds: 8 tries with backoff, minutes
 def test_a_tracking_server_that_never_answers_turns_mlflow_off(
     tmp_path: Path,
@@ -248,6 +250,7 @@ def test_a_tracking_server_that_never_answers_turns_mlflow_off(
     assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ  # polytrain's bound, put back
 
 
+@pytest.mark.slow
 def test_sigterm_while_waiting_on_the_tracking_server(
     tmp_path: Path, silent_server: tuple[str, threading.Event]
 ) -> None:

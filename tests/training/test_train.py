@@ -76,6 +76,7 @@ def test_first_steps_agree_across_backends(tmp_path) -> None:  # type: ignore[no
         np.testing.assert_allclose(losses[name], ref, rtol=0, atol=1e-4, err_msg=name)
 
 
+@pytest.mark.slow
 def test_non_finite_loss_stops_with_clear_message(backend_name: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     recipe = Recipe(**{**SMALL, "epochs": 1, "lr": 1e6, "optimizer": "sgd"})
     # no loss-growth limit: the NaN itself is tested here
@@ -96,6 +97,7 @@ def test_non_finite_loss_stops_with_clear_message(backend_name: str, tmp_path) -
     assert all(np.all(np.isfinite(v)) for v in good.values())
 
 
+@pytest.mark.slow
 def test_cli_train_json(backend_name: str, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["train", "--backend", backend_name, "--train-samples", "256", "--test-samples", "100",
             "--batch-size", "64", "--epochs", "1", "--quiet", "--json"]  # fmt: skip

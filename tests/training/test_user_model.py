@@ -93,6 +93,7 @@ def _data(path: Path, n_train: int = 40, n_test: int = 10, **extra: np.ndarray |
     return path
 
 
+@pytest.mark.slow
 def test_train_a_user_factory_on_npz_data(
     backend_name: str, helper: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -140,6 +141,7 @@ def _native_formats() -> list[str]:
     return [name for name in registered_formats() if name in installed]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", _native_formats())
 def test_a_user_spec_converts_to_each_native_format_and_evaluates_the_same(
     fmt: str, tmp_path: Path

@@ -333,6 +333,7 @@ def test_sigterm_while_a_model_factory_runs(
     _stopped_by_sigterm(proc)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("flag", "ref", "said"),
     [

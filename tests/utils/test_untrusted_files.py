@@ -536,6 +536,7 @@ def test_port_code_refuses_a_hostile_source_in_one_line(
     assert not (tmp_path / "out.py").exists()
 
 
+@pytest.mark.slow
 def test_port_code_says_what_it_converts_when_it_takes_long(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
