@@ -22,6 +22,7 @@ from polytrain.neutral.models import (
     LSTM,
     Add,
     AvgPool2d,
+    BatchNorm1d,
     BatchNorm2d,
     Conv2d,
     Dropout,
@@ -33,6 +34,7 @@ from polytrain.neutral.models import (
     ModelSpec,
     MultiHeadSelfAttention,
     ReLU,
+    Reshape,
     Residual,
     SequenceLayer,
     Sequential,
@@ -142,7 +144,7 @@ def _linear(run: _Pass, layer: Linear, path: str, x: Tensor) -> Tensor:
     return A.linear(x, p[f"{path}.weight"], p[f"{path}.bias"] if layer.bias else None)
 
 
-def _batch_norm_2d(run: _Pass, layer: BatchNorm2d, path: str, x: Tensor) -> Tensor:
+def _batch_norm_2d(run: _Pass, layer: BatchNorm2d | BatchNorm1d, path: str, x: Tensor) -> Tensor:
     p, buffers = run.net.params, run.net.buffers
     return A.batch_norm(
         x,
@@ -175,8 +177,14 @@ def _dropout(run: _Pass, layer: Dropout, path: str, x: Tensor) -> Tensor:
     return A.dropout(x, layer.p, run.rng) if mask is None else A.multiply_by(x, mask)
 
 
+def _batch_norm_1d(run: _Pass, layer: BatchNorm1d, path: str, x: Tensor) -> Tensor:
+    """BatchNorm2d's kernels on [N, C, L, 1]."""
+    y = _batch_norm_2d(run, layer, path, A.reshape(x, (x.shape[0], x.shape[1], -1, 1)))
+    return A.reshape(y, x.shape)
+
+
 def _sequence(run: _Pass, layer: SequenceLayer, path: str, x: Tensor) -> Tensor:
-    return _seq_layers.run(layer, path, x, run.net.params, run.net.buffers, run.train)
+    return _seq_layers.run(layer, path, x, run.net.params, run.train)
 
 
 def _attention(run: _Pass, layer: MultiHeadSelfAttention, path: str, x: Tensor) -> Tensor:
@@ -188,9 +196,12 @@ def _recurrent(run: _Pass, layer: LSTM | GRU, path: str, x: Tensor) -> Tensor:
     return _rnn_layers.recurrent(layer, path, x, run.net.params)
 
 
-#: every spec layer type's runner; the sequence layers but Add run in :mod:`._seq_layers`
+#: every spec layer type's runner: the sequence layers run by :mod:`._seq_layers` (the
+#: reference's forward and backward), but for the entries after them
 RUNNERS: dict[type, Runner] = {
     **dict.fromkeys(get_args(SequenceLayer), _sequence),
+    Reshape: lambda run, layer, path, x: A.reshape(x, (x.shape[0], *layer.shape)),
+    BatchNorm1d: _batch_norm_1d,
     Sequential: _sequential,
     Residual: _residual,
     Add: _add,
