@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import mxnet as mx
@@ -21,9 +22,9 @@ from polytrain.neutral import dropout_masks, models
 
 from ._channel_blocks import ChannelPlan, applies, plan_channels, run_padded
 from ._precision import autocast_active
-from ._rnn_layers import build_recurrent_layer
+from ._rnn_layers import RECURRENT_BUILDERS
 from ._rnn_names import canonical_name
-from ._seq_layers import build_sequence_layer
+from ._seq_layers import SEQUENCE_BUILDERS, Add
 
 
 class _StatsTrace(threading.local):
@@ -293,54 +294,84 @@ class _Dropout(nn.Dropout):
         return x * mx.nd.array(mask, ctx=x.context, dtype=x.dtype)
 
 
-def build(layer: models.Layer) -> nn.HybridBlock:  # noqa: C901 - one branch per layer kind
-    """A Gluon block for one neutral layer (shapes given, so nothing is deferred)."""
-    if isinstance(layer, models.Sequential):
-        children = [(n, build(c)) for n, c in layer.layers]
-        return _Sequential(children, plan_channels([c for _, c in layer.layers]))
-    if isinstance(layer, models.Residual):
-        short = None if layer.shortcut is None else build(layer.shortcut)
-        return _Residual(build(layer.body), short)
-    if isinstance(layer, models.Conv2d):
-        return nn.Conv2D(
-            layer.out_channels,
-            layer.kernel_size,
-            strides=layer.stride,
-            padding=layer.padding,
-            in_channels=layer.in_channels,
-            use_bias=layer.bias,
-        )
-    if isinstance(layer, models.Linear):  # flatten=False: like torch, act on the last axis only
-        return nn.Dense(
-            layer.out_features, use_bias=layer.bias, flatten=False, in_units=layer.in_features
-        )
-    if isinstance(layer, models.BatchNorm2d):
-        return _BatchNorm(layer.num_features, layer.eps, layer.momentum)
-    if isinstance(layer, models.ReLU):
-        return nn.Activation("relu")
-    if isinstance(layer, models.MaxPool2d):
-        return nn.MaxPool2D(layer.kernel_size, layer.stride, layer.padding)
-    if isinstance(layer, models.AvgPool2d):
-        stride = layer.stride or layer.kernel_size
-        if layer.ceil_mode:
-            return _AvgPoolCeil(layer.kernel_size, stride, layer.padding, layer.count_include_pad)
-        return nn.AvgPool2D(
-            layer.kernel_size, stride, layer.padding, count_include_pad=layer.count_include_pad
-        )
-    if isinstance(layer, models.GlobalAvgPool2d):
-        return nn.GlobalAvgPool2D()
-    if isinstance(layer, models.Flatten):
-        return nn.Flatten()
-    if isinstance(layer, models.Dropout):
-        return _Dropout(layer.p)
-    if isinstance(layer, models.MultiHeadSelfAttention):
-        return _SelfAttention(layer)
-    block = build_sequence_layer(layer, build, _BatchNorm)
-    if block is None:
-        block = build_recurrent_layer(layer)
-    if block is not None:
-        return block
-    raise BackendError(f"mxnet backend cannot build layer {layer!r}")
+def _build_sequential(layer: models.Sequential) -> nn.HybridBlock:
+    children = [(n, build(c)) for n, c in layer.layers]
+    return _Sequential(children, plan_channels([c for _, c in layer.layers]))
+
+
+def _build_residual(layer: models.Residual) -> nn.HybridBlock:
+    short = None if layer.shortcut is None else build(layer.shortcut)
+    return _Residual(build(layer.body), short)
+
+
+def _build_add(layer: models.Add) -> nn.HybridBlock:
+    return Add([build(branch) for branch in layer.branches])
+
+
+def _build_conv2d(layer: models.Conv2d) -> nn.HybridBlock:
+    return nn.Conv2D(
+        layer.out_channels,
+        layer.kernel_size,
+        strides=layer.stride,
+        padding=layer.padding,
+        in_channels=layer.in_channels,
+        use_bias=layer.bias,
+    )
+
+
+def _build_linear(layer: models.Linear) -> nn.HybridBlock:
+    """flatten=False: like torch, act on the last axis only."""
+    return nn.Dense(
+        layer.out_features, use_bias=layer.bias, flatten=False, in_units=layer.in_features
+    )
+
+
+def _build_batch_norm(layer: models.BatchNorm2d | models.BatchNorm1d) -> nn.HybridBlock:
+    return _BatchNorm(layer.num_features, layer.eps, layer.momentum)
+
+
+def _build_max_pool_2d(layer: models.MaxPool2d) -> nn.HybridBlock:
+    return nn.MaxPool2D(layer.kernel_size, layer.stride, layer.padding)
+
+
+def _build_avg_pool_2d(layer: models.AvgPool2d) -> nn.HybridBlock:
+    stride = layer.stride or layer.kernel_size
+    if layer.ceil_mode:
+        return _AvgPoolCeil(layer.kernel_size, stride, layer.padding, layer.count_include_pad)
+    return nn.AvgPool2D(
+        layer.kernel_size, stride, layer.padding, count_include_pad=layer.count_include_pad
+    )
+
+
+#: every spec layer type's builder: the layer -> its Gluon block (shapes given, so
+#: nothing is deferred)
+BUILDERS: dict[type, Callable[[Any], nn.HybridBlock]] = {
+    models.Sequential: _build_sequential,
+    models.Residual: _build_residual,
+    models.Add: _build_add,
+    models.Conv2d: _build_conv2d,
+    models.Linear: _build_linear,
+    models.BatchNorm2d: _build_batch_norm,
+    models.BatchNorm1d: _build_batch_norm,
+    models.ReLU: lambda _: nn.Activation("relu"),
+    models.MaxPool2d: _build_max_pool_2d,
+    models.AvgPool2d: _build_avg_pool_2d,
+    models.GlobalAvgPool2d: lambda _: nn.GlobalAvgPool2D(),
+    models.Flatten: lambda _: nn.Flatten(),
+    models.Dropout: lambda layer: _Dropout(layer.p),
+    models.MultiHeadSelfAttention: _SelfAttention,
+    **SEQUENCE_BUILDERS,
+    **RECURRENT_BUILDERS,
+}
+
+
+def build(layer: models.Layer) -> nn.HybridBlock:
+    """A Gluon block for one neutral layer: the builder of its type (or nearest base) in
+    :data:`BUILDERS`."""
+    builder = next((BUILDERS[t] for t in type(layer).__mro__ if t in BUILDERS), None)
+    if builder is None:
+        raise BackendError(f"mxnet backend cannot build layer {layer!r}")
+    return builder(layer)
 
 
 def hybridize(block: nn.Block) -> None:

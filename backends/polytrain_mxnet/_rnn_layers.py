@@ -12,6 +12,7 @@ values), but an input that needs a gradient, so the kernel computes them all.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from mxnet.gluon import nn, rnn
@@ -39,12 +40,21 @@ class GRU(rnn.GRU):
         return super().hybrid_forward(F, inputs, states, *args, **kwargs)
 
 
-def build_recurrent_layer(layer: models.Layer) -> nn.HybridBlock | None:
-    """The block of an LSTM or GRU spec layer, or None for another kind. Called without
-    states, Gluon's layer starts from zeros and returns the output sequence only."""
-    if not isinstance(layer, models.RecurrentLayer):
-        return None
-    cls = LSTM if isinstance(layer, models.LSTM) else GRU
-    return cls(
-        layer.hidden_size, num_layers=layer.num_layers, layout="NTC", input_size=layer.input_size
-    )
+def _recurrent(cls: type[LSTM | GRU]) -> Callable[[Any], nn.HybridBlock]:
+    """The builder of a ``cls`` block from its spec layer. Called without states, Gluon's
+    layer starts from zeros and returns the output sequence only."""
+
+    def build(layer: models.LSTM | models.GRU) -> nn.HybridBlock:
+        return cls(
+            layer.hidden_size, num_layers=layer.num_layers, layout="NTC",
+            input_size=layer.input_size,
+        )  # fmt: skip
+
+    return build
+
+
+#: the recurrent layers' builders
+RECURRENT_BUILDERS: dict[type, Callable[[Any], nn.HybridBlock]] = {
+    models.LSTM: _recurrent(LSTM),
+    models.GRU: _recurrent(GRU),
+}

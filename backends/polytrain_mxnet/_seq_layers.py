@@ -126,37 +126,35 @@ class Activation(nn.HybridBlock):
         return F.log_softmax(x, axis=layer.dim)
 
 
-def build_sequence_layer(
-    layer: models.Layer,
-    build: Callable[[models.Layer], nn.HybridBlock],
-    batch_norm: Callable[[int, float, float], nn.HybridBlock],
-) -> nn.HybridBlock | None:
-    """The block of a sequence/transformer layer, or None for another kind."""
-    if isinstance(layer, models.Add):
-        return Add([build(branch) for branch in layer.branches])
-    if isinstance(layer, models.Reshape):
-        return Reshape(layer.shape)
-    if isinstance(layer, models.Transpose):
-        return Transpose(layer.dim0, layer.dim1)
-    if isinstance(layer, models.Mean):
-        return Mean(layer.dim)
-    if isinstance(layer, models.Conv1d):
-        return nn.Conv1D(
-            layer.out_channels, layer.kernel_size, strides=layer.stride, padding=layer.padding,
-            in_channels=layer.in_channels, use_bias=layer.bias,
-        )  # fmt: skip
-    if isinstance(layer, models.BatchNorm1d):
-        return batch_norm(layer.num_features, layer.eps, layer.momentum)
-    if isinstance(layer, models.LayerNorm):
-        return LayerNorm(layer)
-    if isinstance(layer, models.Embedding):
-        return nn.Embedding(layer.num_embeddings, layer.embedding_dim)
-    if isinstance(layer, models.PositionalEmbedding):
-        return PositionalEmbedding(layer.max_len, layer.embedding_dim)
-    if isinstance(layer, models.Tanh):
-        return nn.Activation("tanh")
-    if isinstance(layer, models.Sigmoid):
-        return nn.Activation("sigmoid")
-    if isinstance(layer, models.GELU | models.SiLU | models.Softmax | models.LogSoftmax):
-        return Activation(layer)
-    return None
+def _conv1d(layer: models.Conv1d) -> nn.HybridBlock:
+    return nn.Conv1D(
+        layer.out_channels, layer.kernel_size, strides=layer.stride, padding=layer.padding,
+        in_channels=layer.in_channels, use_bias=layer.bias,
+    )  # fmt: skip
+
+
+def _embedding(layer: models.Embedding) -> nn.HybridBlock:
+    return nn.Embedding(layer.num_embeddings, layer.embedding_dim)
+
+
+def _positional_embedding(layer: models.PositionalEmbedding) -> nn.HybridBlock:
+    return PositionalEmbedding(layer.max_len, layer.embedding_dim)
+
+
+#: the leaf sequence/transformer layers' builders (``Add``, a container, and
+#: ``BatchNorm1d``, on _layers' BatchNorm, are _layers')
+SEQUENCE_BUILDERS: dict[type, Callable[[Any], nn.HybridBlock]] = {
+    models.Reshape: lambda layer: Reshape(layer.shape),
+    models.Transpose: lambda layer: Transpose(layer.dim0, layer.dim1),
+    models.Mean: lambda layer: Mean(layer.dim),
+    models.Conv1d: _conv1d,
+    models.LayerNorm: LayerNorm,
+    models.Embedding: _embedding,
+    models.PositionalEmbedding: _positional_embedding,
+    models.Tanh: lambda _: nn.Activation("tanh"),
+    models.Sigmoid: lambda _: nn.Activation("sigmoid"),
+    models.GELU: Activation,
+    models.SiLU: Activation,
+    models.Softmax: Activation,
+    models.LogSoftmax: Activation,
+}

@@ -7,36 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from polytrain.neutral import reference_seq
-from polytrain.neutral.models import BatchNorm1d, Layer, Reshape, layer_parameters
+from polytrain.neutral.models import Layer, layer_parameters
 
-from . import _autograd as A
 from ._tensor import Grads, Tensor, add, record
-
-
-def run(
-    layer: Layer,
-    path: str,
-    x: Tensor,
-    params: dict[str, Tensor],
-    buffers: dict[str, np.ndarray],
-    train: bool,
-) -> Tensor:
-    """One leaf sequence/transformer layer on ``x`` (Add is run by the net, branch by branch)."""
-    if isinstance(layer, Reshape):
-        return A.reshape(x, (x.shape[0], *layer.shape))
-    if isinstance(layer, BatchNorm1d):  # BatchNorm2d's kernels on [N, C, L, 1]
-        y = A.batch_norm(
-            A.reshape(x, (x.shape[0], x.shape[1], -1, 1)),
-            params[f"{path}.weight"],
-            params[f"{path}.bias"],
-            buffers[f"{path}.running_mean"],
-            buffers[f"{path}.running_var"],
-            layer.eps,
-            layer.momentum,
-            train,
-        )
-        return A.reshape(y, x.shape)
-    return _leaf(layer, path, x, params, train)
 
 
 def add_branches(outs: list[Tensor]) -> Tensor:
@@ -47,7 +20,9 @@ def add_branches(outs: list[Tensor]) -> Tensor:
     return total
 
 
-def _leaf(layer: Layer, path: str, x: Tensor, params: dict[str, Tensor], train: bool) -> Tensor:
+def run(layer: Layer, path: str, x: Tensor, params: dict[str, Tensor], train: bool) -> Tensor:
+    """One leaf sequence/transformer layer on ``x``, by the reference's forward and backward
+    (Reshape, BatchNorm1d and Add have their own runners in :mod:`._layers`)."""
     names = [f"{path}.{leaf}" for leaf in layer_parameters(layer)]
     weights = [params[n] for n in names]
     p = {n: t.data for n, t in zip(names, weights, strict=True)}

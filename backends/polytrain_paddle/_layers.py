@@ -9,7 +9,8 @@ produce one more window than PyTorch. The layers below keep Paddle's parameter n
 from __future__ import annotations
 
 import math
-from typing import cast
+from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 import paddle
@@ -21,8 +22,8 @@ from polytrain.errors import BackendError
 from polytrain.neutral import dropout_masks, models
 from polytrain.neutral.reference import pool_output_size
 
-from ._rnn_layers import build_recurrent_layer
-from ._seq_layers import build_sequence_layer
+from ._rnn_layers import RECURRENT_BUILDERS
+from ._seq_layers import SEQUENCE_BUILDERS, Add, batch_norm_1d
 
 _RENAME = {"_mean": "running_mean", "_variance": "running_var"}  # Paddle BatchNorm buffers
 
@@ -221,47 +222,65 @@ class _Dropout(nn.Dropout):
         return x * paddle.to_tensor(mask, place=x.place)
 
 
+def _build_sequential(layer: models.Sequential) -> nn.Layer:
+    return nn.Sequential(*[(n, build(c)) for n, c in layer.layers])
+
+
+def _build_residual(layer: models.Residual) -> nn.Layer:
+    short = None if layer.shortcut is None else build(layer.shortcut)
+    return _Residual(build(layer.body), short)
+
+
+def _build_add(layer: models.Add) -> nn.Layer:
+    return Add([build(branch) for branch in layer.branches])
+
+
+def _build_conv2d(layer: models.Conv2d) -> nn.Layer:
+    return _Conv2D(
+        layer.in_channels,
+        layer.out_channels,
+        layer.kernel_size,
+        stride=layer.stride,
+        padding=layer.padding,
+        bias_attr=None if layer.bias else False,
+    )
+
+
+def _build_linear(layer: models.Linear) -> nn.Layer:
+    return nn.Linear(layer.in_features, layer.out_features, bias_attr=None if layer.bias else False)
+
+
+def _build_max_pool_2d(layer: models.MaxPool2d) -> nn.Layer:
+    return nn.MaxPool2D(layer.kernel_size, layer.stride, layer.padding)
+
+
+#: every spec layer type's builder: the layer -> its Paddle layer
+BUILDERS: dict[type, Callable[[Any], nn.Layer]] = {
+    models.Sequential: _build_sequential,
+    models.Residual: _build_residual,
+    models.Add: _build_add,
+    models.Conv2d: _build_conv2d,
+    models.Linear: _build_linear,
+    models.BatchNorm2d: _BatchNorm2D,
+    models.BatchNorm1d: lambda layer: batch_norm_1d(_BatchNorm2D, layer),
+    models.ReLU: lambda _: nn.ReLU(),
+    models.MaxPool2d: _build_max_pool_2d,
+    models.AvgPool2d: _AvgPool2D,
+    models.GlobalAvgPool2d: lambda _: _GlobalAvgPool2D(1),
+    models.Flatten: lambda _: nn.Flatten(),
+    models.Dropout: lambda layer: _Dropout(layer.p),
+    models.MultiHeadSelfAttention: _SelfAttention,
+    **SEQUENCE_BUILDERS,
+    **RECURRENT_BUILDERS,
+}
+
+
 def build(layer: models.Layer) -> nn.Layer:
-    if isinstance(layer, models.Sequential):
-        return nn.Sequential(*[(n, build(c)) for n, c in layer.layers])
-    if isinstance(layer, models.Residual):
-        short = None if layer.shortcut is None else build(layer.shortcut)
-        return _Residual(build(layer.body), short)
-    if isinstance(layer, models.Conv2d):
-        return _Conv2D(
-            layer.in_channels,
-            layer.out_channels,
-            layer.kernel_size,
-            stride=layer.stride,
-            padding=layer.padding,
-            bias_attr=None if layer.bias else False,
-        )
-    if isinstance(layer, models.Linear):
-        return nn.Linear(
-            layer.in_features, layer.out_features, bias_attr=None if layer.bias else False
-        )
-    if isinstance(layer, models.BatchNorm2d):
-        return _BatchNorm2D(layer)
-    if isinstance(layer, models.ReLU):
-        return nn.ReLU()
-    if isinstance(layer, models.MaxPool2d):
-        return nn.MaxPool2D(layer.kernel_size, layer.stride, layer.padding)
-    if isinstance(layer, models.AvgPool2d):
-        return _AvgPool2D(layer)
-    if isinstance(layer, models.GlobalAvgPool2d):
-        return _GlobalAvgPool2D(1)
-    if isinstance(layer, models.Flatten):
-        return nn.Flatten()
-    if isinstance(layer, models.Dropout):
-        return _Dropout(layer.p)
-    if isinstance(layer, models.MultiHeadSelfAttention):
-        return _SelfAttention(layer)
-    built = build_sequence_layer(layer, build, _BatchNorm2D)
-    if built is None:
-        built = build_recurrent_layer(layer)
-    if built is not None:
-        return built
-    raise BackendError(f"paddle backend cannot build layer {layer!r}")
+    """The layer of ``layer``: the builder of its type (or nearest base) in :data:`BUILDERS`."""
+    builder = next((BUILDERS[t] for t in type(layer).__mro__ if t in BUILDERS), None)
+    if builder is None:
+        raise BackendError(f"paddle backend cannot build layer {layer!r}")
+    return builder(layer)
 
 
 def canonical_layout(layer: nn.Layer) -> dict[str, tuple[str, bool]]:

@@ -11,6 +11,9 @@ once, cast in place with the model.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import paddle
 from paddle import nn
 
@@ -35,6 +38,8 @@ class Recurrent(nn.Layer):
         return rnn(x)[0]
 
 
-def build_recurrent_layer(layer: models.Layer) -> nn.Layer | None:
-    """The layer of an LSTM or GRU spec layer, or None for another kind."""
-    return Recurrent(layer) if isinstance(layer, models.RecurrentLayer) else None
+#: the recurrent layers' builders
+RECURRENT_BUILDERS: dict[type, Callable[[Any], nn.Layer]] = {
+    models.LSTM: Recurrent,
+    models.GRU: Recurrent,
+}

@@ -5,6 +5,7 @@ are PyTorch's here), element-wise float64-exact forms where its fused kernels do
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import paddle
 from paddle import nn
@@ -106,45 +107,39 @@ def batch_norm_1d(batch_norm_2d: type[nn.Layer], layer: models.BatchNorm1d) -> n
     return BatchNorm1D(layer)
 
 
-def build_sequence_layer(
-    layer: models.Layer, build: Callable[[models.Layer], nn.Layer], batch_norm_2d: type[nn.Layer]
-) -> nn.Layer | None:
-    """The layer of a sequence/transformer spec layer, or None for another kind."""
-    if isinstance(layer, models.Add):
-        return Add([build(branch) for branch in layer.branches])
-    if isinstance(layer, models.Reshape):
-        return Reshape(layer.shape)
-    if isinstance(layer, models.Transpose):
-        return Transpose(layer.dim0, layer.dim1)
-    if isinstance(layer, models.Mean):
-        return Mean(layer.dim)
-    if isinstance(layer, models.Conv1d):
-        return nn.Conv1D(
-            layer.in_channels, layer.out_channels, layer.kernel_size, stride=layer.stride,
-            padding=layer.padding, bias_attr=None if layer.bias else False,
-        )  # fmt: skip
-    if isinstance(layer, models.BatchNorm1d):
-        return batch_norm_1d(batch_norm_2d, layer)
-    if isinstance(layer, models.LayerNorm):
-        return LayerNorm(layer)
-    if isinstance(layer, models.Embedding):
-        return nn.Embedding(layer.num_embeddings, layer.embedding_dim)
-    if isinstance(layer, models.PositionalEmbedding):
-        return PositionalEmbedding(layer.max_len, layer.embedding_dim)
-    return _activation(layer)
+def _conv1d(layer: models.Conv1d) -> nn.Layer:
+    return nn.Conv1D(
+        layer.in_channels, layer.out_channels, layer.kernel_size, stride=layer.stride,
+        padding=layer.padding, bias_attr=None if layer.bias else False,
+    )  # fmt: skip
 
 
-def _activation(layer: models.Layer) -> nn.Layer | None:
-    if isinstance(layer, models.GELU):
-        return nn.GELU(approximate=layer.approximate == "tanh")
-    if isinstance(layer, models.SiLU):
-        return nn.Silu()
-    if isinstance(layer, models.Tanh):
-        return nn.Tanh()
-    if isinstance(layer, models.Sigmoid):
-        return nn.Sigmoid()
-    if isinstance(layer, models.Softmax):
-        return nn.Softmax(layer.dim)
-    if isinstance(layer, models.LogSoftmax):
-        return nn.LogSoftmax(layer.dim)
-    return None
+def _embedding(layer: models.Embedding) -> nn.Layer:
+    return nn.Embedding(layer.num_embeddings, layer.embedding_dim)
+
+
+def _positional_embedding(layer: models.PositionalEmbedding) -> nn.Layer:
+    return PositionalEmbedding(layer.max_len, layer.embedding_dim)
+
+
+def _gelu(layer: models.GELU) -> nn.Layer:
+    return nn.GELU(approximate=layer.approximate == "tanh")
+
+
+#: the leaf sequence/transformer layers' builders (``Add``, a container, and
+#: ``BatchNorm1d``, on _layers' BatchNorm2D, are _layers')
+SEQUENCE_BUILDERS: dict[type, Callable[[Any], nn.Layer]] = {
+    models.Reshape: lambda layer: Reshape(layer.shape),
+    models.Transpose: lambda layer: Transpose(layer.dim0, layer.dim1),
+    models.Mean: lambda layer: Mean(layer.dim),
+    models.Conv1d: _conv1d,
+    models.LayerNorm: LayerNorm,
+    models.Embedding: _embedding,
+    models.PositionalEmbedding: _positional_embedding,
+    models.GELU: _gelu,
+    models.SiLU: lambda _: nn.Silu(),
+    models.Tanh: lambda _: nn.Tanh(),
+    models.Sigmoid: lambda _: nn.Sigmoid(),
+    models.Softmax: lambda layer: nn.Softmax(layer.dim),
+    models.LogSoftmax: lambda layer: nn.LogSoftmax(layer.dim),
+}

@@ -4,6 +4,8 @@ every layer is torch's own, named as in the spec."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -13,8 +15,8 @@ from polytrain.errors import BackendError
 from polytrain.neutral import dropout_masks, models
 
 from ._layout import Flatten
-from ._rnn_layers import build_recurrent_layer
-from ._seq_layers import build_sequence_layer
+from ._rnn_layers import RECURRENT_BUILDERS
+from ._seq_layers import SEQUENCE_BUILDERS, Add
 
 
 class _Residual(nn.Module):
@@ -78,51 +80,74 @@ def _build_sequential(layer: models.Sequential) -> nn.Sequential:
     return nn.Sequential(modules)
 
 
+def _build_residual(layer: models.Residual) -> nn.Module:
+    short = None if layer.shortcut is None else build(layer.shortcut)
+    return _Residual(build(layer.body), short)
+
+
+def _build_add(layer: models.Add) -> nn.Module:
+    return Add([build(branch) for branch in layer.branches])
+
+
+def _build_conv2d(layer: models.Conv2d) -> nn.Module:
+    return nn.Conv2d(
+        layer.in_channels,
+        layer.out_channels,
+        layer.kernel_size,
+        stride=layer.stride,
+        padding=layer.padding,
+        bias=layer.bias,
+    )
+
+
+def _build_linear(layer: models.Linear) -> nn.Module:
+    return nn.Linear(layer.in_features, layer.out_features, bias=layer.bias)
+
+
+def _build_batch_norm_2d(layer: models.BatchNorm2d) -> nn.Module:
+    return nn.BatchNorm2d(layer.num_features, eps=layer.eps, momentum=layer.momentum)
+
+
+def _build_max_pool_2d(layer: models.MaxPool2d) -> nn.Module:
+    return nn.MaxPool2d(layer.kernel_size, layer.stride, layer.padding)
+
+
+def _build_avg_pool_2d(layer: models.AvgPool2d) -> nn.Module:
+    return nn.AvgPool2d(
+        layer.kernel_size,
+        layer.stride,
+        layer.padding,
+        ceil_mode=layer.ceil_mode,
+        count_include_pad=layer.count_include_pad,
+    )
+
+
+#: every spec layer type's builder: the layer -> its torch module
+BUILDERS: dict[type, Callable[[Any], nn.Module]] = {
+    models.Sequential: _build_sequential,
+    models.Residual: _build_residual,
+    models.Add: _build_add,
+    models.Conv2d: _build_conv2d,
+    models.Linear: _build_linear,
+    models.BatchNorm2d: _build_batch_norm_2d,
+    models.ReLU: lambda _: nn.ReLU(),
+    models.MaxPool2d: _build_max_pool_2d,
+    models.AvgPool2d: _build_avg_pool_2d,
+    models.GlobalAvgPool2d: lambda _: nn.AdaptiveAvgPool2d(1),
+    models.Flatten: lambda _: Flatten(),  # nn.Flatten, gradients kept channels-last
+    models.Dropout: lambda layer: _Dropout(layer.p),
+    models.MultiHeadSelfAttention: _SelfAttention,
+    **SEQUENCE_BUILDERS,
+    **RECURRENT_BUILDERS,
+}
+
+
 def build(layer: models.Layer) -> nn.Module:
-    if isinstance(layer, models.Sequential):
-        return _build_sequential(layer)
-    if isinstance(layer, models.Residual):
-        short = None if layer.shortcut is None else build(layer.shortcut)
-        return _Residual(build(layer.body), short)
-    if isinstance(layer, models.Conv2d):
-        return nn.Conv2d(
-            layer.in_channels,
-            layer.out_channels,
-            layer.kernel_size,
-            stride=layer.stride,
-            padding=layer.padding,
-            bias=layer.bias,
-        )
-    if isinstance(layer, models.Linear):
-        return nn.Linear(layer.in_features, layer.out_features, bias=layer.bias)
-    if isinstance(layer, models.BatchNorm2d):
-        return nn.BatchNorm2d(layer.num_features, eps=layer.eps, momentum=layer.momentum)
-    if isinstance(layer, models.ReLU):
-        return nn.ReLU()
-    if isinstance(layer, models.MaxPool2d):
-        return nn.MaxPool2d(layer.kernel_size, layer.stride, layer.padding)
-    if isinstance(layer, models.AvgPool2d):
-        return nn.AvgPool2d(
-            layer.kernel_size,
-            layer.stride,
-            layer.padding,
-            ceil_mode=layer.ceil_mode,
-            count_include_pad=layer.count_include_pad,
-        )
-    if isinstance(layer, models.GlobalAvgPool2d):
-        return nn.AdaptiveAvgPool2d(1)
-    if isinstance(layer, models.Flatten):
-        return Flatten()  # nn.Flatten, gradients kept channels-last
-    if isinstance(layer, models.Dropout):
-        return _Dropout(layer.p)
-    if isinstance(layer, models.MultiHeadSelfAttention):
-        return _SelfAttention(layer)
-    module = build_sequence_layer(layer, build)
-    if module is None:
-        module = build_recurrent_layer(layer)
-    if module is not None:
-        return module
-    raise BackendError(f"torch backend cannot build layer {layer!r}")
+    """The module of ``layer``: the builder of its type (or nearest base) in :data:`BUILDERS`."""
+    builder = next((BUILDERS[t] for t in type(layer).__mro__ if t in BUILDERS), None)
+    if builder is None:
+        raise BackendError(f"torch backend cannot build layer {layer!r}")
+    return builder(layer)
 
 
 def unwrap(module: nn.Module) -> nn.Module:

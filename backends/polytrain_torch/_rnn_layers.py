@@ -3,6 +3,9 @@ and gate order are the canonical ones by definition."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -23,9 +26,17 @@ class GRU(nn.GRU):
         return super().forward(x)[0]
 
 
-def build_recurrent_layer(layer: models.Layer) -> nn.Module | None:
-    """The module of an LSTM or GRU spec layer, or None for another kind."""
-    if isinstance(layer, models.RecurrentLayer):
-        cls = LSTM if isinstance(layer, models.LSTM) else GRU
+def _recurrent(cls: type[LSTM | GRU]) -> Callable[[Any], nn.Module]:
+    """The builder of a ``cls`` module (batch first) from its spec layer."""
+
+    def build(layer: models.LSTM | models.GRU) -> nn.Module:
         return cls(layer.input_size, layer.hidden_size, layer.num_layers, batch_first=True)
-    return None
+
+    return build
+
+
+#: the recurrent layers' builders
+RECURRENT_BUILDERS: dict[type, Callable[[Any], nn.Module]] = {
+    models.LSTM: _recurrent(LSTM),
+    models.GRU: _recurrent(GRU),
+}

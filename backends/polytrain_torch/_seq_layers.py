@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -64,47 +65,49 @@ class PositionalEmbedding(nn.Module):
         return x + self.weight[: x.shape[1]]
 
 
-def build_sequence_layer(
-    layer: models.Layer, build: Callable[[models.Layer], nn.Module]
-) -> nn.Module | None:
-    """The module of a sequence/transformer layer, or None for another kind."""
-    if isinstance(layer, models.Add):
-        return Add([build(branch) for branch in layer.branches])
-    if isinstance(layer, models.Reshape):
-        return Reshape(layer.shape)
-    if isinstance(layer, models.Transpose):
-        return Transpose(layer.dim0, layer.dim1)
-    if isinstance(layer, models.Mean):
-        return Mean(layer.dim)
-    if isinstance(layer, models.Conv1d):
-        return nn.Conv1d(
-            layer.in_channels, layer.out_channels, layer.kernel_size, stride=layer.stride,
-            padding=layer.padding, bias=layer.bias,
-        )  # fmt: skip
-    if isinstance(layer, models.BatchNorm1d):
-        return nn.BatchNorm1d(layer.num_features, eps=layer.eps, momentum=layer.momentum)
-    if isinstance(layer, models.LayerNorm):
-        return nn.LayerNorm(
-            layer.normalized_shape, eps=layer.eps, elementwise_affine=layer.elementwise_affine
-        )
-    if isinstance(layer, models.Embedding):
-        return nn.Embedding(layer.num_embeddings, layer.embedding_dim)
-    if isinstance(layer, models.PositionalEmbedding):
-        return PositionalEmbedding(layer.max_len, layer.embedding_dim)
-    return _activation(layer)
+def _conv1d(layer: models.Conv1d) -> nn.Module:
+    return nn.Conv1d(
+        layer.in_channels, layer.out_channels, layer.kernel_size, stride=layer.stride,
+        padding=layer.padding, bias=layer.bias,
+    )  # fmt: skip
 
 
-def _activation(layer: models.Layer) -> nn.Module | None:
-    if isinstance(layer, models.GELU):
-        return nn.GELU(approximate=layer.approximate)
-    if isinstance(layer, models.SiLU):
-        return nn.SiLU()
-    if isinstance(layer, models.Tanh):
-        return nn.Tanh()
-    if isinstance(layer, models.Sigmoid):
-        return nn.Sigmoid()
-    if isinstance(layer, models.Softmax):
-        return nn.Softmax(layer.dim)
-    if isinstance(layer, models.LogSoftmax):
-        return nn.LogSoftmax(layer.dim)
-    return None
+def _batch_norm_1d(layer: models.BatchNorm1d) -> nn.Module:
+    return nn.BatchNorm1d(layer.num_features, eps=layer.eps, momentum=layer.momentum)
+
+
+def _layer_norm(layer: models.LayerNorm) -> nn.Module:
+    return nn.LayerNorm(
+        layer.normalized_shape, eps=layer.eps, elementwise_affine=layer.elementwise_affine
+    )
+
+
+def _embedding(layer: models.Embedding) -> nn.Module:
+    return nn.Embedding(layer.num_embeddings, layer.embedding_dim)
+
+
+def _positional_embedding(layer: models.PositionalEmbedding) -> nn.Module:
+    return PositionalEmbedding(layer.max_len, layer.embedding_dim)
+
+
+def _gelu(layer: models.GELU) -> nn.Module:
+    return nn.GELU(approximate=layer.approximate)
+
+
+#: the leaf sequence/transformer layers' builders (``Add``, a container, is _layers')
+SEQUENCE_BUILDERS: dict[type, Callable[[Any], nn.Module]] = {
+    models.Reshape: lambda layer: Reshape(layer.shape),
+    models.Transpose: lambda layer: Transpose(layer.dim0, layer.dim1),
+    models.Mean: lambda layer: Mean(layer.dim),
+    models.Conv1d: _conv1d,
+    models.BatchNorm1d: _batch_norm_1d,
+    models.LayerNorm: _layer_norm,
+    models.Embedding: _embedding,
+    models.PositionalEmbedding: _positional_embedding,
+    models.GELU: _gelu,
+    models.SiLU: lambda _: nn.SiLU(),
+    models.Tanh: lambda _: nn.Tanh(),
+    models.Sigmoid: lambda _: nn.Sigmoid(),
+    models.Softmax: lambda layer: nn.Softmax(layer.dim),
+    models.LogSoftmax: lambda layer: nn.LogSoftmax(layer.dim),
+}
