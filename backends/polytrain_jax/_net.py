@@ -82,7 +82,8 @@ def key(path: str, name: str) -> str:
 
 def build(layer: Layer, path: str = "") -> Apply:
     """The pure function of ``layer`` at ``path`` (its leaves' outputs reported to the hook)."""
-    builder = BUILDERS.get(type(layer))
+    # a subclass of a spec layer builds as its base, as on the other backends
+    builder = next((BUILDERS[t] for t in type(layer).__mro__ if t in BUILDERS), None)
     if builder is None:
         raise BackendError(
             f"The jax backend has no builder for layer type {type(layer).__name__}: "
