@@ -177,6 +177,7 @@ class Framework:
     init_helper: str = ""  # the helper that sets a made layer's parameters (Arg.init)
     transposed: tuple[str, ...] = ()  # layers whose weight is the PyTorch weight's transpose
     grad_update: str = ""  # the context an in-place update by a gradient runs in (no_grad)
+    module_parameter: str = ""  # a parameter that is the framework's module (Gluon's ``F``)
 
     def canonical(self, name: str) -> str:
         """``name`` with a module synonym replaced (``mxnet.ndarray.zeros`` is
@@ -324,6 +325,7 @@ def load_framework(path: Path) -> Framework:
         transposed=tuple(head.get("transposed", ())),
         grad_update=head.get("grad_update", ""),
         init_helper=head.get("init_helper", ""),
+        module_parameter=head.get("module_parameter", ""),
     )
 
 
@@ -344,7 +346,7 @@ def frameworks() -> dict[str, Framework]:
                 {**old.methods, **fw.methods}, {**old.same, **fw.same},
                 {**old.helpers, **fw.helpers}, (*old.list_methods, *fw.list_methods),
                 old.init_helper or fw.init_helper, (*old.transposed, *fw.transposed),
-                old.grad_update or fw.grad_update,
+                old.grad_update or fw.grad_update, old.module_parameter or fw.module_parameter,
             )  # fmt: skip
         merged[fw.root] = fw
     return merged

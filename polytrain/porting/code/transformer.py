@@ -491,18 +491,18 @@ class PortTransformer(cst.CSTTransformer):
         return updated
 
     def _hybrid_f(self, receiver: cst.BaseExpression) -> bool:
-        """``receiver`` is Gluon's ``F``: the module (mxnet.nd or mxnet.sym) a HybridBlock's
-        ``hybrid_forward(self, F, ...)`` is given and passes on, a parameter named ``F`` of
-        the function it is used in where MXNet is imported; ``F.softmax(x)`` is a function
+        """``receiver`` is a parameter that a table names as its framework's module (Gluon's
+        ``F``: the mxnet.nd or mxnet.sym a HybridBlock's ``hybrid_forward(self, F, ...)`` is
+        given and passes on) of the function it is used in; ``F.softmax(x)`` is a function
         of it, not a tensor's method."""
-        if not isinstance(receiver, cst.Name) or receiver.value != "F":
-            return False
-        if all(fw.root != "mxnet" for fw in self.imported):
+        names = {fw.module_parameter for fw in self.imported} - {""}
+        if not isinstance(receiver, cst.Name) or receiver.value not in names:
             return False
         current = self.get_metadata(ParentNodeProvider, receiver, None)
         while current is not None and not isinstance(current, cst.FunctionDef):
             current = self.get_metadata(ParentNodeProvider, current, None)
-        return current is not None and any(p.name.value == "F" for p in current.params.params)
+        params = current.params.params if current is not None else ()
+        return any(p.name.value == receiver.value for p in params)
 
     def _convert_method(
         self, original: cst.Call, updated: cst.Call, entry: Entry
