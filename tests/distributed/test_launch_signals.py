@@ -206,7 +206,7 @@ def test_a_peer_that_dies_at_the_end_does_not_hold_the_others(
     ps-lite's exit barrier for ever: rank 0 leaves within its --timeout, under the
     watchdog."""
     (tmp_path / "die_at_the_end.py").write_text(DIE_AT_THE_END)
-    timeout, logs = 8, tmp_path / "logs"
+    timeout, logs = 20, tmp_path / "logs"  # jax's first compile under a loaded suite: > 8 s
     train = ["polytrain", "train", "--backend", backend, "--out", str(tmp_path / "run"),
              "--quiet", "--train-samples", "640", "--test-samples", "50", "--batch-size",
              "32", "--timeout", str(timeout), "--plugin", "die_at_the_end:DieAtTheEnd"]  # fmt: skip
@@ -220,8 +220,8 @@ def test_a_peer_that_dies_at_the_end_does_not_hold_the_others(
     seconds, logs_text = time.monotonic() - begun, log_text(logs)
     assert proc.returncode != 0 and "rank 1" in stderr, stderr + logs_text
     assert "Traceback" not in (logs / "workerlog.0").read_text(errors="replace"), logs_text
-    # the run itself takes 5-30 s; jax's own bound (its heartbeats) is 100 s
-    assert seconds < 30 + 3 * timeout, f"{seconds:.0f} s\n{stderr}{logs_text}"
+    # the run itself takes 5-40 s; jax's own bound (its heartbeats) is 100 s after it
+    assert seconds < 50 + 2 * timeout, f"{seconds:.0f} s\n{stderr}{logs_text}"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
