@@ -47,7 +47,7 @@ def _launch(
     out, logs = tmp_path / "run", tmp_path / "logs"
     train = ["polytrain", "train", "--backend", backend, "--out", str(out), "--quiet",
              "--train-samples", "6400", "--test-samples", "50", "--batch-size", "32",
-             "--timeout", "8"]  # fmt: skip
+             "--timeout", "20"]  # fmt: skip  # 8 s: jax's first compile at load 11 took longer
     cmd = launch_command(backend, f"127.0.0.1:{free_port()}", logs, train)
     proc = subprocess.Popen(cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)  # fmt: skip
