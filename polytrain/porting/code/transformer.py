@@ -678,10 +678,9 @@ class PortTransformer(cst.CSTTransformer):
         parent = self.get_metadata(ParentNodeProvider, original, None)
         if isinstance(parent, cst.Attribute) and parent.value is original:
             return updated  # a prefix of a longer name: the longer name decides
-        if isinstance(parent, cst.Attribute | cst.Arg | cst.Param) and original is not getattr(
-            parent, "value", None
-        ):
-            return updated  # an attribute's name or a keyword, not a value
+        value = getattr(parent, "default" if isinstance(parent, cst.Param) else "value", None)
+        if isinstance(parent, cst.Attribute | cst.Arg | cst.Param) and original is not value:
+            return updated  # an attribute's name or a keyword, not a value (a default is)
         found = self._resolve(original)
         if found is None:
             return updated
