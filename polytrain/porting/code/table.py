@@ -178,6 +178,7 @@ class Framework:
     transposed: tuple[str, ...] = ()  # layers whose weight is the PyTorch weight's transpose
     grad_update: str = ""  # the context an in-place update by a gradient runs in (no_grad)
     module_parameter: str = ""  # a parameter that is the framework's module (Gluon's ``F``)
+    module_parameter_as: str = ""  # the module whose entries convert ``F.x`` (mxnet.nd)
 
     def canonical(self, name: str) -> str:
         """``name`` with a module synonym replaced (``mxnet.ndarray.zeros`` is
@@ -326,6 +327,7 @@ def load_framework(path: Path) -> Framework:
         grad_update=head.get("grad_update", ""),
         init_helper=head.get("init_helper", ""),
         module_parameter=head.get("module_parameter", ""),
+        module_parameter_as=head.get("module_parameter_as", ""),
     )
 
 
@@ -347,6 +349,7 @@ def frameworks() -> dict[str, Framework]:
                 {**old.helpers, **fw.helpers}, (*old.list_methods, *fw.list_methods),
                 old.init_helper or fw.init_helper, (*old.transposed, *fw.transposed),
                 old.grad_update or fw.grad_update, old.module_parameter or fw.module_parameter,
+                old.module_parameter_as or fw.module_parameter_as,
             )  # fmt: skip
         merged[fw.root] = fw
     return merged

@@ -19,6 +19,7 @@ from libcst.metadata import (
     QualifiedNameSource,
 )
 
+from polytrain.porting.code import hybrid
 from polytrain.porting.code.arguments import NO_SPACE, NotConverted, code, convert_arguments
 from polytrain.porting.code.report import Use
 from polytrain.porting.code.table import Entry, Framework
@@ -94,12 +95,17 @@ class PortTransformer(cst.CSTTransformer):
         self._then: dict[cst.CSTNode, str] = {}  # statement -> a statement added after it
         self._removed: set[cst.CSTNode] = set()
         self.helpers: dict[str, str] = {}  # table helpers the converted code calls: name -> code
+        self._hybrid = hybrid.Hybrid()  # Gluon's hybrid_forward(self, F, ...) (visit_Module)
 
     # -- lookups ------------------------------------------------------------------------
 
     def _resolve(self, node: cst.CSTNode) -> Resolved | None:
         if not _dotted(node):  # ``f(x).detach``: an attribute of a value, not a name
             return None
+        if self._hybrid.head(node) is not None:  # ``F.x``: the table's module's x
+            owner = next(f for f in self.imported if f.module_parameter == self._hybrid.param)
+            name = owner.module_parameter_as + code(node).strip()[len(self._hybrid.param) :]
+            return Resolved(owner, owner.canonical(name))
         none: Collection[QualifiedName] = ()
         names = self.get_metadata(QualifiedNameProvider, node, none)
         for q in sorted(names, key=lambda q: q.name):
@@ -230,6 +236,12 @@ class PortTransformer(cst.CSTTransformer):
             self._moves.setdefault(block, []).append((sched_stmt, stmt))
 
     def visit_Module(self, node: cst.Module) -> None:
+        params = [f.module_parameter for f in self.imported if f.module_parameter_as]
+        self._hybrid = hybrid.find(node, params[0] if params else "")
+        for bare in self._hybrid.bare:
+            self._left(bare, self._hybrid.param, hybrid.PASSED_ON)
+        for getter in self._hybrid.getters:
+            self._left(getter, "Block.params.get", hybrid.PARAMETER)
         self._find_receivers(node)
         self._pair_schedulers(node, node.body)
         self._pair_steps(node.body)
@@ -338,7 +350,13 @@ class PortTransformer(cst.CSTTransformer):
         self._call_funcs.add(node.func)
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        updated = self._hybrid.leave_call(original, updated)  # F passed on: dropped
         return self._grouped(original, self._converted_call(original, updated))
+
+    def leave_FunctionDef(
+        self, original: cst.FunctionDef, updated: cst.FunctionDef
+    ) -> cst.FunctionDef:
+        return self._hybrid.leave_def(original, updated)
 
     def _converted_call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         named = isinstance(original.func, cst.Name | cst.Attribute)
@@ -660,10 +678,9 @@ class PortTransformer(cst.CSTTransformer):
         parent = self.get_metadata(ParentNodeProvider, original, None)
         if isinstance(parent, cst.Attribute) and parent.value is original:
             return updated  # a prefix of a longer name: the longer name decides
-        if isinstance(parent, cst.Attribute | cst.Arg | cst.Param) and original is not getattr(
-            parent, "value", None
-        ):
-            return updated  # an attribute's name or a keyword, not a value
+        value = getattr(parent, "default" if isinstance(parent, cst.Param) else "value", None)
+        if isinstance(parent, cst.Attribute | cst.Arg | cst.Param) and original is not value:
+            return updated  # an attribute's name or a keyword, not a value (a default is)
         found = self._resolve(original)
         if found is None:
             return updated
