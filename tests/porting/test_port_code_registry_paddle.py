@@ -106,3 +106,55 @@ def test_paddle_reverse_and_tensor_transpose_compute_as_on_paddle() -> None:
     exec(code, tgt)
     for a, b in zip(src["out"], tgt["out"], strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+LAYOUTS = """
+import paddle
+import paddle.nn as nn
+
+
+def make(data_format="NCHW"):
+    return nn.Sequential(
+        nn.Conv2D(2, 4, 3, padding=1, data_format=data_format),
+        nn.BatchNorm(4, act="relu", data_layout=data_format),
+        nn.BatchNorm2D(4, data_format=data_format),
+        nn.MaxPool2D(2, data_format=data_format),
+        nn.AvgPool2D(1, data_format=data_format),
+        nn.AdaptiveAvgPool2D(1, data_format=data_format),
+    )
+
+
+def make_1d(fmt="NCL"):
+    return nn.Sequential(nn.Conv1D(2, 3, 3, data_format=fmt), nn.BatchNorm1D(3, data_format=fmt))
+
+
+net, net_1d = make(), make_1d()
+"""
+
+
+def test_a_data_format_known_only_when_run_is_checked_where_the_layer_is_made() -> None:
+    """``data_format=data_format`` (PaddleClas threads it through its models): converted,
+    the layer is made where the value is channels first and refused where it is not;
+    a literal channels-last value stays marked."""
+    code = _converted(LAYOUTS)
+    src: dict[str, Any] = {}
+    exec(LAYOUTS, src)
+    tgt: dict[str, Any] = {}
+    exec(code, tgt)
+    from port_code_corpus_harness import copy_weights
+
+    x = np.random.default_rng(0).standard_normal((2, 2, 6, 6)).astype("float32")
+    y = x[:, :, 0, :]
+    for name, value in (("net", x), ("net_1d", y)):
+        src[name].eval()
+        tgt[name].eval()
+        copy_weights(src[name], tgt[name])
+        want = src[name](paddle.to_tensor(value)).numpy()
+        got = tgt[name](torch.tensor(value)).detach().numpy()
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+    with pytest.raises(NotImplementedError, match="data_format='NHWC'"):
+        tgt["make"]("NHWC")
+    literal = convert_source(
+        "import paddle\nlayer = paddle.nn.Conv2D(2, 3, 3, data_format='NHWC')\n"
+    )
+    assert [u.api for u in literal.report.uses if not u.converted] == ["paddle.nn.Conv2D"]

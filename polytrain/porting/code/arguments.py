@@ -357,12 +357,12 @@ def convert_arguments(  # noqa: C901 - one step per rule of a mapping entry, in 
 
 
 def _around(spec: Arg, node: cst.Arg) -> bool:
-    """The value goes to the argument's ``around`` helper: given, not dropped, and, where it
-    is also passed on, not a literal."""
+    """The value goes to the argument's ``around`` helper: given, not dropped, not a
+    literal (a literal is dropped, converted or marked as the argument says: the helper is
+    for a value only known when the code runs)."""
     if not spec.around:
         return False
-    is_literal, value = _value(node.value)
-    if is_literal and (spec.to is not None or any(_same(value, literal(d)) for d in spec.drop)):
+    if _value(node.value)[0]:
         return False
     return ANY not in spec.drop
 
