@@ -21,9 +21,9 @@ class Net(nn.Layer):
         super().__init__()
         self.conv = nn.Conv2D(
             3, 8, 3,
-            data_format=os.environ.get(
-                "FORMAT",
-                "NHWC",
+            padding_mode=os.environ.get(
+                "MODE",
+                "zeros",
             ),
         )
         self.fc = nn.Linear(8, 2)
@@ -34,7 +34,7 @@ def test_a_multi_line_marked_argument_gives_a_one_line_marker() -> None:
     result = convert_source(MULTI_LINE)
     compile(result.code, "<converted>", "exec")
     marker = next(x for x in result.code.splitlines() if "paddle.nn.Conv2D not converted" in x)
-    assert '`data_format=os.environ.get( "FORMAT", "NHWC", )`' in marker
+    assert '`padding_mode=os.environ.get( "MODE", "zeros", )`' in marker
     assert "torch.nn.Linear(8, 2)" in result.code
     assert convert_source(result.code).code.count("paddle.nn.Conv2D not converted") == 1
 

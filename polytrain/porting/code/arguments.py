@@ -170,8 +170,11 @@ def _target(entry: Entry, bound: list[_Bound]) -> tuple[str, str | None]:
     if given is None:
         return entry.target, consumed
     is_literal, value = _value(given.node.value)
+    display = isinstance(given.node.value, cst.List | cst.Tuple)  # ``[a, b]``: a list
     for key, target in choices.items():
         if key != ANY and is_literal and _matches(value, key):
+            return target, consumed
+        if key == TYPE_LIST and display:
             return target, consumed
     if ANY in choices:
         return choices[ANY], consumed
@@ -184,7 +187,7 @@ def _target(entry: Entry, bound: list[_Bound]) -> tuple[str, str | None]:
 
 def _matches(value: Any, key: str) -> bool:
     """A literal value against a ``target_by`` key: a literal, or a kind of literal
-    (``<int>``: an int, ``<list>``: a list or tuple display)."""
+    (``<int>``: an int, ``<list>``: a list or tuple display, also of names: ``_target``)."""
     if key == TYPE_INT:
         return isinstance(value, int) and not isinstance(value, bool)
     if key == TYPE_LIST:
@@ -354,12 +357,12 @@ def convert_arguments(  # noqa: C901 - one step per rule of a mapping entry, in 
 
 
 def _around(spec: Arg, node: cst.Arg) -> bool:
-    """The value goes to the argument's ``around`` helper: given, not dropped, and, where it
-    is also passed on, not a literal."""
+    """The value goes to the argument's ``around`` helper: given, not dropped, not a
+    literal (a literal is dropped, converted or marked as the argument says: the helper is
+    for a value only known when the code runs)."""
     if not spec.around:
         return False
-    is_literal, value = _value(node.value)
-    if is_literal and (spec.to is not None or any(_same(value, literal(d)) for d in spec.drop)):
+    if _value(node.value)[0]:
         return False
     return ANY not in spec.drop
 

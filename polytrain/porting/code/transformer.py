@@ -699,7 +699,10 @@ class PortTransformer(cst.CSTTransformer):
 
     def _type_use(self, node: cst.CSTNode) -> bool:
         """``node`` is compared (``type(m) == nn.Linear``) or is the type ``isinstance`` /
-        ``issubclass`` checks against (alone or in a tuple): a class, not a call."""
+        ``issubclass`` checks against (alone or in a tuple), or an annotation: a class, not
+        a call."""
+        if self._annotation(node):
+            return True
         parent = self.get_metadata(ParentNodeProvider, node, None)
         if isinstance(parent, cst.Comparison | cst.ComparisonTarget):
             return True
@@ -719,6 +722,14 @@ class PortTransformer(cst.CSTTransformer):
             and len(call.args) == 2
             and call.args[1] is parent
         )
+
+    def _annotation(self, node: cst.CSTNode) -> bool:
+        """``node`` is a type annotation or inside one (``x: nn.Embedding``,
+        ``-> Optional[Tuple[paddle.Tensor]]``, ``A | None``)."""
+        current = self.get_metadata(ParentNodeProvider, node, None)
+        while isinstance(current, _TYPE_PARTS):
+            current = self.get_metadata(ParentNodeProvider, current, None)
+        return isinstance(current, cst.Annotation)
 
     def leave_BinaryOperation(
         self, original: cst.BinaryOperation, updated: cst.BinaryOperation
@@ -846,6 +857,10 @@ _LOOSE = (
     cst.Arg, cst.Assign, cst.AnnAssign, cst.AugAssign, cst.Return, cst.Expr, cst.Element,
     cst.DictElement, cst.WithItem, cst.Yield,
 )  # fmt: skip  # places where an operation needs no parentheses
+_TYPE_PARTS = (
+    cst.Subscript, cst.SubscriptElement, cst.Index, cst.Element, cst.Tuple, cst.List,
+    cst.BinaryOperation,
+)  # fmt: skip  # what a type in an annotation may be nested in
 
 
 def _candidates(stmt: cst.CSTNode) -> list[cst.CSTNode]:

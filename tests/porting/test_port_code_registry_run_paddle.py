@@ -1,0 +1,137 @@
+"""Registry corpus files of PaddleClas and PaddleNLP run (issue 36, item 4): each model
+file runs on Paddle with a short driver (a few optimizer steps on the harness's small
+batches), then, converted by ``polytrain port-code`` with its driver, on PyTorch from the
+same weights and batches; the losses of every step agree (float32: 1e-5 of the loss).
+
+The files import their package's siblings (``from ....utils.save_load import ...``);
+the packages are not installed: each case's edits replace those imports with what the
+file needs of them (a pretrained-weights loader these runs never call). The harness and
+its seams are tests/port_code_corpus_harness.py's, as in test_port_code_corpus_run.py.
+
+The gathered files are not in git: the tests skip until ``python -m
+benchmarks.port_code_corpus --gather-registry`` wrote them, and fail instead where
+``$POLYTRAIN_REQUIRE_REGISTRY_CORPUS`` is set (CI)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from port_code_corpus_harness import Harness, Store, run
+
+from benchmarks import port_code_corpus as corpus
+from polytrain.porting.code import convert_source
+
+paddle = pytest.importorskip("paddle")
+torch = pytest.importorskip("torch")
+
+FP32 = 1e-5
+REQUIRE_REGISTRY = "POLYTRAIN_REQUIRE_REGISTRY_CORPUS"
+NO_PRETRAINED = (
+    "from ....utils.save_load import load_dygraph_pretrain",
+    "load_dygraph_pretrain = None  # PaddleClas's loader: no pretrained weights here",
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A registry file (``name`` in registry-paddle), its ``edits`` (old, new) and
+    ``driver`` as test_port_code_corpus_run.Case's; ``left``: the APIs the converter
+    leaves marked, ``fixes`` (old, new) in the converted code: what those markers ask."""
+
+    name: str
+    edits: tuple[tuple[str, str], ...] = ()
+    driver: str = ""
+    left: tuple[str, ...] = ()
+    fixes: tuple[tuple[str, str], ...] = ()
+
+
+def _steps(
+    make: str, batch: str = "H.array(2, 3, 32, 32)", classes: int = 10, lr: float = 0.05
+) -> str:
+    """A model made by ``make``, kept, three Momentum steps of cross entropy on ``batch``
+    (eval mode: dropout off, its masks being each framework's draws; gradients flow)."""
+    return f"""
+model = {make}
+H.keep(model)
+model.eval()
+opt = paddle.optimizer.Momentum(learning_rate={lr}, momentum=0.9, parameters=model.parameters())
+for _ in range(3):
+    loss = paddle.nn.functional.cross_entropy(model({batch}), H.labels(2, 1, classes={classes}))
+    H.loss(loss)
+    loss.backward()
+    opt.step()
+    opt.clear_grad()
+"""
+
+
+CASES = [
+    Case("ppcls_mobilenet_v2.py", edits=(NO_PRETRAINED,), driver=_steps("MobileNet(10, 0.25)")),
+    Case(
+        "ppcls_se_resnext.py",
+        edits=(NO_PRETRAINED,),
+        driver=_steps("ResNeXt(layers=50, class_num=10, cardinality=32)", lr=0.001),
+    ),
+]
+
+
+def _entry(name: str) -> dict[str, str]:
+    return next(e for e in corpus.registry_manifest() if e["name"] == name)
+
+
+def registry_text(name: str) -> str:
+    """The gathered file; absent, the test skips (fails where CI requires the corpus)."""
+    entry = _entry(name)
+    path = corpus.registry_path(entry)
+    if not path.exists():
+        why = f"{name} not gathered: python -m benchmarks.port_code_corpus --gather-registry"
+        if os.environ.get(REQUIRE_REGISTRY):
+            pytest.fail(f"{REQUIRE_REGISTRY} is set and {why}")
+        pytest.skip(why)
+    data = path.read_bytes()
+    assert hashlib.sha256(data).hexdigest() == entry["sha256"], path
+    return data.decode("utf-8")
+
+
+def edited(case: Case) -> str:
+    text = registry_text(case.name)
+    for old, new in case.edits:
+        assert old in text, f"{case.name}: {old!r} is not in it"
+        text = text.replace(old, new)
+    lines = text.splitlines(keepends=True)
+    at = max((i + 1 for i, x in enumerate(lines) if x.startswith("from __future__")), default=0)
+    return "".join(lines[:at]) + "import corpus_harness as H\n" + "".join(lines[at:]) + case.driver
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore")  # the files' own deprecated calls
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_converted_registry_file_trains_with_the_originals_losses(
+    case: Case, tmp_path: Path
+) -> None:
+    text = edited(case)
+    result = convert_source(text, case.name)
+    assert {u.api for u in result.report.uses if not u.converted} == set(case.left)
+    code = result.code
+    for old, new in case.fixes:
+        assert old in code, f"{case.name}: {old!r} is not in the converted code"
+        code = code.replace(old, new)
+    store = Store()
+    folders = tmp_path / "original", tmp_path / "converted"
+    for folder in folders:
+        folder.mkdir()
+    original = Harness("paddle", store, folders[0])
+    converted = Harness("torch", store, folders[1])
+    with paddle.utils.unique_name.guard():  # the files name their parameters: fresh names
+        run(text, original, "original.py")
+    run(code, converted, "converted.py")
+    want, got = np.array(original.losses), np.array(converted.losses)
+    assert len(want) == len(got) >= 3, (len(want), len(got))
+    assert len(set(want.tolist())) > 1  # it trains: the losses change
+    diff = np.abs(want - got) / np.maximum(1.0, np.abs(want))
+    worst = int(diff.argmax())
+    assert diff[worst] <= FP32, f"step {worst + 1}: {want[worst]!r} vs {got[worst]!r}"
