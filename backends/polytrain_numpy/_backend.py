@@ -17,7 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from polytrain.backend.base import Backend, Device, Model, check_params
+from polytrain.backend.base import (
+    Backend,
+    Collectives,
+    Device,
+    Inspection,
+    Model,
+    NativeIO,
+    Precision,
+    check_params,
+)
 from polytrain.backend.collectives import check_reduce_op
 from polytrain.backend.devices import split_device_name
 from polytrain.backend.functional import FunctionalOps
@@ -61,7 +70,7 @@ def _input(x: Any, net: NumpyNet) -> Tensor:
     return x
 
 
-class NumpyBackend(Backend):
+class NumpyBackend(Backend, Collectives, Precision, NativeIO, Inspection):
     name = "numpy"
     framework = "numpy"
     native_suffix = ".npz"
