@@ -357,12 +357,14 @@ def convert_arguments(  # noqa: C901 - one step per rule of a mapping entry, in 
 
 
 def _around(spec: Arg, node: cst.Arg) -> bool:
-    """The value goes to the argument's ``around`` helper: given, not dropped, not a
-    literal (a literal is dropped, converted or marked as the argument says: the helper is
-    for a value only known when the code runs)."""
+    """The value goes to the argument's ``around`` helper: given, not dropped, and not a
+    literal where the argument is also passed on or says ``why`` other literals cannot be
+    converted (those are marked: Paddle's ``data_format='NHWC'``)."""
     if not spec.around:
         return False
-    if _value(node.value)[0]:
+    is_literal, value = _value(node.value)
+    dropped = any(_same(value, literal(d)) for d in spec.drop)
+    if is_literal and (spec.to is not None or dropped or spec.why):
         return False
     return ANY not in spec.drop
 

@@ -57,7 +57,8 @@ class Arg:
     the made object is passed to with the value, ``helper(made, value)``, where the value is
     given and not dropped (an optimizer's ``grad_clip``); an argument that is also passed
     on (``to``) goes through it only where it is not a literal (a learning rate that may be
-    a schedule)."""
+    a schedule), and one with a ``why`` too (a literal other than those dropped is marked:
+    ``data_format='NHWC'``; a variable is checked by the helper when the code runs)."""
 
     name: str
     to: str | None = ""
