@@ -65,3 +65,47 @@ def test_a_batch_norm_passed_as_a_value_normalises_as_gluons() -> None:
     net = converted["Block"](norm_kwargs=kwargs).double().train()
     got = net(torch.tensor(x)).detach().numpy()
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-10)
+
+
+TWO_CLASSES = """from mxnet.gluon import nn
+
+
+class Down(nn.HybridBlock):
+    def __init__(self, **kwargs):
+        super(Down, self).__init__(**kwargs)
+        self.downsample = nn.HybridSequential(prefix='')
+        self.downsample.add(nn.Dense(3, in_units=4))
+
+
+class Plain(nn.HybridBlock):
+    def __init__(self, **kwargs):
+        super(Plain, self).__init__(**kwargs)
+        self.downsample = nn.Dense(3, in_units=4)
+"""
+
+
+def test_self_attributes_of_two_classes_are_two_receivers() -> None:
+    """gluon-cv's cifarresnet: ``self.downsample`` is a HybridSequential in one block and
+    a Conv2D in the next; the receivers were keyed by their text in the module, so the
+    last maker won and ``self.downsample.add(...)`` was left as Gluon's ``add``, which
+    PyTorch's Sequential has not. They are keyed by class now."""
+    result = convert_source(TWO_CLASSES, "blocks.py")
+    assert "self.downsample.extend([torch.nn.Sequential(torch.nn.Flatten(), " in result.code
+    assert result.report.unconverted == {}, result.code
+
+
+def test_a_blocks_prefix_given_on_to_its_base_is_dropped() -> None:
+    """gluon-cv makes its blocks with ``block(..., prefix='')``, and each block gives its
+    ``**kwargs`` to ``super().__init__``: PyTorch's Module refused ``prefix`` (a
+    TypeError at the first block). They go through ``gluon_block_kwargs``, which drops
+    ``prefix`` and refuses ``params`` (shared parameters)."""
+    import pytest
+
+    pytest.importorskip("torch")
+    result = convert_source(TWO_CLASSES, "blocks.py")
+    assert "super(Down, self).__init__(**gluon_block_kwargs(**kwargs))" in result.code
+    space: dict = {}
+    exec(compile(result.code, "<converted>", "exec"), space)  # the tool's output
+    assert len(space["Down"](prefix="").downsample) == 1
+    with pytest.raises(NotImplementedError, match="shared parameters"):
+        space["Plain"](params=object())
