@@ -37,7 +37,7 @@ net = {make}
 net.initialize(mx.init.Xavier())
 net.cast("float64")
 H.keep(net, H.array({shape}))
-trainer = gluon.Trainer(net.collect_params(), "sgd", {{"learning_rate": 0.0625, "momentum": 0.5}})
+trainer = gluon.Trainer(net.collect_params(), "sgd", {{"learning_rate": {lr}, "momentum": 0.5}})
 loss = gluon.loss.SoftmaxCrossEntropyLoss()
 for _ in range(3):
     x, y = H.array({shape}), H.labels({batch}, classes={classes}, dtype="float64")
@@ -49,18 +49,64 @@ for _ in range(3):
 """
 
 
-def classifier(make: str, shape: tuple[int, ...], classes: int) -> str:
+def classifier(make: str, shape: tuple[int, ...], classes: int, lr: float = 2**-4) -> str:
     """The steps of a classifier ``make`` on batches of ``shape``: SGD with momentum on
-    Gluon's softmax cross-entropy, in float64."""
-    return DRIVER.format(
-        make=make, shape=", ".join(map(str, shape)), batch=shape[0], classes=classes
-    )
+    Gluon's softmax cross-entropy, in float64 (the learning rate and momentum powers of 2:
+    MXNet's optimizer holds them as float32)."""
+    shape_text = ", ".join(map(str, shape))
+    return DRIVER.format(make=make, shape=shape_text, batch=shape[0], classes=classes, lr=lr)
 
 
+RELU6 = (
+    "from ..nn import ReLU6",
+    """class ReLU6(HybridBlock):  # gluoncv/nn/block.py's, the sibling it imports
+    def __init__(self, **kwargs):
+        super(ReLU6, self).__init__(**kwargs)
+
+    def hybrid_forward(self, F, x):
+        return F.clip(x, 0, 6, name="relu6")""",
+)
 CASES = [
     Case(
         "registry-gluon/gluoncv_cifarresnet.py",
         driver=classifier("cifar_resnet20_v1(classes=10)", (2, 3, 8, 8), 10),
+        dtype="float64",
+    ),
+    Case(
+        "registry-gluon/gluoncv_se_resnet.py",
+        driver=classifier(
+            "SE_ResNetV2(SE_BottleneckV2, [1, 1], [16, 32, 64], classes=5, thumbnail=True)",
+            (2, 3, 8, 8),
+            5,
+        ),
+        dtype="float64",
+    ),
+    Case(
+        "registry-gluon/gluoncv_mobilenet.py",
+        edits=(RELU6,),
+        driver=classifier("MobileNetV2(multiplier=0.25, classes=5)", (4, 3, 64, 64), 5, 2**-5),
+        dtype="float64",
+    ),
+    Case(
+        "registry-gluon/gluoncv_resnext.py",
+        driver=classifier(
+            "ResNext([1, 1], 2, 4, classes=5, use_se=True, deep_stem=True, avg_down=True, "
+            "stem_width=8)",
+            (2, 3, 16, 16),
+            5,
+        ),
+        dtype="float64",
+    ),
+    Case(
+        "registry-gluon/gluoncv_senet.py",
+        # the dropout off: its masks are each framework's draws
+        edits=(("self.features.add(nn.Dropout(0.2))", "self.features.add(nn.Dropout(0.0))"),),
+        driver=classifier("SENet([1, 1], 2, 4, avg_down=True, classes=5)", (2, 3, 16, 16), 5),
+        dtype="float64",
+    ),
+    Case(
+        "registry-gluon/gluoncv_densenet.py",
+        driver=classifier("DenseNet(8, 4, [1, 1], classes=5)", (2, 3, 56, 56), 5),
         dtype="float64",
     ),
 ]

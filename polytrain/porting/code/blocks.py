@@ -4,11 +4,13 @@ A class derived from a framework's block takes the block's own keyword arguments
 ``prefix=``, ``params=``) and passes them on: ``super().__init__(**kwargs)``. Converted,
 the base is PyTorch's Module, which takes none: those arguments go through the helper of
 the base's entry (its ``subclass_kwargs``), ``super().__init__(**helper(**kwargs))``,
-which drops what only names parameters and refuses what PyTorch's Module cannot do."""
+which drops what only names parameters and refuses what PyTorch's Module cannot do.
+A name filled with blocks in a function that does not make it is a container there
+(``filled``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -78,4 +80,58 @@ def _super_inits(node: cst.FunctionDef) -> list[cst.Call]:
             return False
 
     node.visit(Finder())
+    return found
+
+
+def filled(
+    module: cst.Module, methods: Collection[str], is_block: Callable[[cst.Call], bool]
+) -> set[cst.Call]:
+    """The ``x.add(...)`` calls (``methods``) on a name ``x`` the module does not show
+    made (a function's parameter: ``_add_conv(out, ...)``) that, in the same function,
+    is given a framework block made in the call (``out.add(nn.Conv2D(...))``): ``x`` is
+    a container of blocks there, so each of them is one."""
+    out: set[cst.Call] = set()
+
+    class Finder(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+            calls = [c for c in _method_calls(node, methods) if isinstance(c.func, cst.Attribute)]
+            receivers: dict[str, list[cst.Call]] = {}
+            for call in calls:
+                assert isinstance(call.func, cst.Attribute)
+                if isinstance(call.func.value, cst.Name):
+                    receivers.setdefault(call.func.value.value, []).append(call)
+            for group in receivers.values():
+                if any(is_block(inner) for call in group for inner in _inner_calls(call)):
+                    out.update(group)
+
+    module.visit(Finder())
+    return out
+
+
+def _method_calls(node: cst.FunctionDef, methods: Collection[str]) -> list[cst.Call]:
+    found: list[cst.Call] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            func = call.func
+            if isinstance(func, cst.Attribute) and func.attr.value in methods:
+                found.append(call)
+
+        def visit_FunctionDef(self, inner: cst.FunctionDef) -> bool:
+            return inner is node
+
+    node.visit(Finder())
+    return found
+
+
+def _inner_calls(call: cst.Call) -> list[cst.Call]:
+    """The calls in ``call``'s arguments (``ReLU6() if relu6 else nn.Activation('relu')``)."""
+    found: list[cst.Call] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Call(self, inner: cst.Call) -> None:
+            found.append(inner)
+
+    for arg in call.args:
+        arg.visit(Finder())
     return found

@@ -97,6 +97,7 @@ class PortTransformer(cst.CSTTransformer):
         self.helpers: dict[str, str] = {}  # table helpers the converted code calls: name -> code
         self._hybrid = hybrid.Hybrid()  # Gluon's hybrid_forward(self, F, ...) (visit_Module)
         self._blocks = blocks.Blocks()  # super().__init__(**kwargs) of blocks (visit_Module)
+        self._filled: set[cst.Call] = set()  # ``out.add(nn.Conv2D(...))``, out a parameter
 
     # -- lookups ------------------------------------------------------------------------
 
@@ -160,6 +161,8 @@ class PortTransformer(cst.CSTTransformer):
                 self.needs_root.add(fw.target_root)
             if text in fw.helpers:
                 self._helper(fw, text)
+            elif "(" in text:  # a target through a helper: ``gluon_deferred(...)``
+                self._helpers_named(fw, text)
         return cst.parse_expression(text)
 
     def _helper(self, fw: Framework, name: str) -> None:
@@ -244,6 +247,8 @@ class PortTransformer(cst.CSTTransformer):
         for getter in self._hybrid.getters:
             self._left(getter, "Block.params.get", hybrid.PARAMETER)
         self._blocks = blocks.find(node, self._subclass_kwargs)
+        fills = {m[1:] for f in self.imported for m, e in f.methods.items() if e.receivers}
+        self._filled = blocks.filled(node, fills, self._makes_block)
         self._find_receivers(node)
         self._pair_schedulers(node, node.body)
         self._pair_steps(node.body)
@@ -369,6 +374,13 @@ class PortTransformer(cst.CSTTransformer):
             self._full(self._blocks.calls[original])  # the helper defined
         updated = made
         return self._grouped(original, self._converted_call(original, updated))
+
+    def _makes_block(self, call: cst.Call) -> bool:
+        """``call`` makes a framework layer (its target in the module of the sequential)."""
+        found = self._resolve(call.func)
+        entry = found.framework.entries.get(found.name) if found else None
+        home = found.framework.sequential.rpartition(".")[0] if found else ""
+        return entry is not None and bool(home) and entry.target.startswith(home + ".")
 
     def _subclass_kwargs(self, base: cst.BaseExpression) -> str:
         found = self._resolve(base)
@@ -551,7 +563,7 @@ class PortTransformer(cst.CSTTransformer):
         assert isinstance(original.func, cst.Attribute) and isinstance(updated.func, cst.Attribute)
         if entry.receivers:
             made_by = self._made_by.get(self._receiver_key(original.func.value))
-            if made_by not in entry.receivers:
+            if made_by not in entry.receivers and original not in self._filled:
                 if entry.unknown_receiver and made_by != FOREIGN:
                     self._left(original, api, entry.unknown_receiver)
                 return updated
