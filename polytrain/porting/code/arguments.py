@@ -21,6 +21,7 @@ import libcst as cst
 from polytrain.porting.code.table import ANY, Arg, Entry, literal
 
 TYPE_INT, TYPE_LIST = "<int>", "<list>"  # target_by keys matching a kind of literal
+TYPE_VALUE = "<value>"  # a target_by key matching a value that is not a literal (a name)
 STDLIB = ("math", "os", "types")  # modules the table's code may name: imported where it does
 
 NO_SPACE = cst.AssignEqual(
@@ -172,10 +173,12 @@ def _target(entry: Entry, bound: list[_Bound]) -> tuple[str, str | None]:
     is_literal, value = _value(given.node.value)
     display = isinstance(given.node.value, cst.List | cst.Tuple)  # ``[a, b]``: a list
     for key, target in choices.items():
-        if key != ANY and is_literal and _matches(value, key):
+        if key not in (ANY, TYPE_VALUE) and is_literal and _matches(value, key):
             return target, consumed
         if key == TYPE_LIST and display:
             return target, consumed
+    if not is_literal and TYPE_VALUE in choices:
+        return choices[TYPE_VALUE], consumed
     if ANY in choices:
         return choices[ANY], consumed
     spec = entry.arg(name)
