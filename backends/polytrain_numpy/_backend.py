@@ -36,6 +36,7 @@ from polytrain.neutral.losses import LossSpec, class_positions
 from polytrain.neutral.models import ModelSpec
 from polytrain.neutral.optim import Optimizer, OptimizerConfig
 from polytrain.utils.fileio import atomic_write_bytes
+from polytrain.utils.malloc import keep_freed_memory
 
 from . import _autograd as A
 from . import _blas
@@ -51,6 +52,11 @@ ONE_PROCESS = (
     "(torch, paddle, mxnet) for several processes"
 )
 _ONLY = "it computes in float32 or float64 only"
+MALLOC_VAR = "POLYTRAIN_NUMPY_MALLOC"  # "reuse" (the default) or "system"
+# freed heap kept for the next step: a LeNet step of batch 256 frees more than glibc's own
+# largest trim threshold (64 MiB) and faulted ~12,000 pages in per step with it
+# (docs/performance.md, "The main job's time")
+TRIM_THRESHOLD = 128 << 20
 
 
 def _nets(model: Model) -> list[NumpyNet]:
@@ -78,6 +84,7 @@ class NumpyBackend(Backend, Collectives, Precision, NativeIO, Inspection):
     def __init__(self, options: Any = None) -> None:
         super().__init__(options)
         self.rng = np.random.default_rng()  # dropout; seed() makes it reproducible
+        self.malloc = keep_freed_memory(MALLOC_VAR, TRIM_THRESHOLD)
 
     # -- identity, threads, seeds ---------------------------------------------------------
 
