@@ -440,3 +440,23 @@ def test_a_method_of_an_object_another_module_made_is_left_alone() -> None:
     result = convert_source(source)
     assert "env.step(0)" in result.code and "# polytrain" not in result.code
     assert all(u.converted for u in result.report.uses)
+
+
+# ---- MXNet's numpy interface (issue 36): `np` is MXNet's only where imported from mxnet -----
+
+NP_USES = "x = np.array([1, 2])\ny = np.zeros(3, dtype=np.int32)\nisinstance(x, np.ndarray)\n"
+
+
+def test_mxnet_np_is_converted_where_the_file_imports_it_from_mxnet() -> None:
+    result = convert_source("from mxnet import np, npx\n" + NP_USES, "d2l.py")
+    assert "x = mxnp_array([1, 2])" in result.code
+    assert "torch.zeros(3, dtype=torch.int32)" in result.code
+    assert "isinstance(x, torch.Tensor)" in result.code
+    assert all(u.converted for u in result.report.uses), result.report.uses
+
+
+def test_numpy_imported_as_np_is_left_as_numpy() -> None:
+    source = "import numpy as np\nfrom mxnet import nd\n" + NP_USES + "z = nd.ones(3)\n"
+    result = convert_source(source, "plain.py")
+    assert NP_USES in result.code and "mxnp_array" not in result.code
+    assert [u.api for u in result.report.uses] == ["mxnet.nd.ones"]
