@@ -44,6 +44,16 @@ HEADER = (
     "from mxnet.gluon import loss as gloss\n"
     "from mxnet.gluon import rnn\n"
 )
+NP_HEADER = "from mxnet import np, npx\n"  # the examples of MXNet's numpy interface
+
+
+def header(entry: Entry) -> str:
+    """The imports an entry's example runs under: MXNet's np and npx for their entries (the
+    table's data holds no import of a framework)."""
+    numpy_api = entry.source.startswith(("mxnet.np.", "mxnet.npx."))
+    return HEADER + NP_HEADER if numpy_api else HEADER
+
+
 TRAIN_LOOP = """
 for _ in range(3):
     with autograd.record():
@@ -96,7 +106,7 @@ def _torch_float64() -> Iterator[None]:
 
 def converted_example(entry: Entry, code: str) -> str:
     """The tool's PyTorch code of an example; no use may be left marked."""
-    result = convert_source(HEADER + code, entry.source)
+    result = convert_source(header(entry) + code, entry.source)
     left = [u for u in result.report.uses if not u.converted]
     assert not left, f"{entry.source}: left unconverted: {left}\n{result.code}"
     names = _names(result.code)  # a path or address may name MXNet's folder
@@ -244,12 +254,12 @@ def check_program(entry: Entry, code: str, arrays: dict[str, np.ndarray], tmp: P
         src_ns["net"], tgt_ns["net"], pairs = _net_pair()
     if entry.check == "loaded":
         src_ns["path"], tgt_ns["path"] = _saved_pair(tmp)
-    program = HEADER + entry.example + (TRAIN_LOOP if entry.check == "optimizer" else "")
+    program = header(entry) + entry.example + (TRAIN_LOOP if entry.check == "optimizer" else "")
     if entry.check == "value":
         with autograd.record():
-            exec(HEADER + entry.stand_in if entry.stand_in else program, src_ns)
+            exec(header(entry) + entry.stand_in if entry.stand_in else program, src_ns)
     else:
-        exec(HEADER + entry.stand_in if entry.stand_in else program, src_ns)
+        exec(header(entry) + entry.stand_in if entry.stand_in else program, src_ns)
     exec(code, tgt_ns)
     if entry.check == "loaded":
         x = np.random.default_rng(entry_seed(entry)).standard_normal((2, 3)).astype(np.float32)
