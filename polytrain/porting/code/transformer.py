@@ -19,7 +19,7 @@ from libcst.metadata import (
     QualifiedNameSource,
 )
 
-from polytrain.porting.code import hybrid
+from polytrain.porting.code import hybrid, layer_self
 from polytrain.porting.code.arguments import NO_SPACE, NotConverted, code, convert_arguments
 from polytrain.porting.code.report import Use
 from polytrain.porting.code.table import Entry, Framework
@@ -96,6 +96,7 @@ class PortTransformer(cst.CSTTransformer):
         self._removed: set[cst.CSTNode] = set()
         self.helpers: dict[str, str] = {}  # table helpers the converted code calls: name -> code
         self._hybrid = hybrid.Hybrid()  # Gluon's hybrid_forward(self, F, ...) (visit_Module)
+        self._layers: set[cst.ClassDef] = set()  # classes derived from a layer (visit_Module)
 
     # -- lookups ------------------------------------------------------------------------
 
@@ -243,6 +244,8 @@ class PortTransformer(cst.CSTTransformer):
         for getter in self._hybrid.getters:
             self._left(getter, "Block.params.get", hybrid.PARAMETER)
         self._find_receivers(node)
+        bases = {c for fw in self.imported for c in fw.layer_classes}
+        self._layers = layer_self.layer_classes(node, self._qualified, bases)
         self._pair_schedulers(node, node.body)
         self._pair_steps(node.body)
 
@@ -268,6 +271,22 @@ class PortTransformer(cst.CSTTransformer):
                     outer._made_by[target] = FOREIGN
 
         module.visit(Finder())
+
+    def _qualified(self, node: cst.BaseExpression) -> str | None:
+        found = self._resolve(node)
+        return found.name if found is not None else None
+
+    def _parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.get_metadata(ParentNodeProvider, node, None)
+
+    def _receiver_api(self, receiver: cst.BaseExpression) -> str | None:
+        """The API whose call made ``receiver``; ``self`` of a layer class: the first of
+        its framework's ``layer_classes`` (``paddle.nn.Layer``)."""
+        made_by = self._made_by.get(code(receiver).strip())
+        name = receiver if isinstance(receiver, cst.Name) and made_by is None else None
+        if name is not None and layer_self.self_of_layer(name, self._parent, self._layers):
+            return next(fw.layer_classes[0] for fw in self.imported if fw.layer_classes)
+        return made_by
 
     def _method_call(self, stmt: cst.CSTNode) -> tuple[cst.Call, Entry] | None:
         """``<receiver>.<method>(...)`` alone on its line, with its table entry."""
@@ -528,7 +547,7 @@ class PortTransformer(cst.CSTTransformer):
         api = entry.source
         assert isinstance(original.func, cst.Attribute) and isinstance(updated.func, cst.Attribute)
         if entry.receivers:
-            made_by = self._made_by.get(code(original.func.value).strip())
+            made_by = self._receiver_api(original.func.value)
             if made_by not in entry.receivers:
                 if entry.unknown_receiver and made_by != FOREIGN:
                     self._left(original, api, entry.unknown_receiver)
