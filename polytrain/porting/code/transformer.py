@@ -389,7 +389,7 @@ class PortTransformer(cst.CSTTransformer):
         if isinstance(original.func, cst.Attribute) and self._hybrid_f(original.func.value):
             self._left(original, f"F.{original.func.attr.value}", HYBRID_F)
             return updated
-        if isinstance(original.func, cst.Attribute) and not self._foreign(original.func.value):
+        if isinstance(original.func, cst.Attribute) and not self._elsewhere(original.func.value):
             entry = self._method(original.func.attr.value)
             if entry is not None and entry.kind != "attribute":
                 return self._convert_method(original, updated, entry)
@@ -413,6 +413,15 @@ class PortTransformer(cst.CSTTransformer):
             return None
         fw = framework_of(api, self.tables)
         return fw.entries.get(api) if fw is not None else None
+
+    def _elsewhere(self, receiver: cst.BaseExpression) -> bool:
+        """``receiver`` is another module's (``_foreign``), a result of that module's call
+        (``np.ones(3).astype``: a chain of calls from it), or a name assigned from one."""
+        while isinstance(receiver, cst.Call | cst.Attribute | cst.Subscript):
+            receiver = receiver.func if isinstance(receiver, cst.Call) else receiver.value
+            if self._foreign(receiver):
+                return True
+        return self._foreign(receiver) or self._made_by.get(code(receiver).strip()) == FOREIGN
 
     def _foreign(self, receiver: cst.BaseExpression) -> bool:
         """``receiver`` names something imported from another module than the frameworks'
