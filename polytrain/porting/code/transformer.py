@@ -415,13 +415,13 @@ class PortTransformer(cst.CSTTransformer):
         return fw.entries.get(api) if fw is not None else None
 
     def _elsewhere(self, receiver: cst.BaseExpression) -> bool:
-        """``receiver`` is another module's (``_foreign``), a result of that module's call
-        (``np.ones(3).astype``: a chain of calls from it), or a name assigned from one."""
+        """``receiver`` is another module's (``_foreign``) or a result of that module's call
+        (``np.ones(3).astype``: a chain of calls from it)."""
         while isinstance(receiver, cst.Call | cst.Attribute | cst.Subscript):
             receiver = receiver.func if isinstance(receiver, cst.Call) else receiver.value
             if self._foreign(receiver):
                 return True
-        return self._foreign(receiver) or self._made_by.get(code(receiver).strip()) == FOREIGN
+        return self._foreign(receiver)
 
     def _foreign(self, receiver: cst.BaseExpression) -> bool:
         """``receiver`` names something imported from another module than the frameworks'
