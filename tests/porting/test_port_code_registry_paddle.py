@@ -158,3 +158,54 @@ def test_a_data_format_known_only_when_run_is_checked_where_the_layer_is_made() 
         "import paddle\nlayer = paddle.nn.Conv2D(2, 3, 3, data_format='NHWC')\n"
     )
     assert [u.api for u in literal.report.uses if not u.converted] == ["paddle.nn.Conv2D"]
+
+
+ATTRS = """
+import paddle
+import paddle.nn as nn
+
+
+def block(bias, act=nn.GELU):
+    return nn.Sequential(nn.Linear(3, 4, bias_attr=bias), act())
+
+
+nets = [block(False), block(True), block(None), block("named", act=nn.Hardswish)]
+"""
+
+
+def test_a_bias_attr_known_only_when_run_and_activation_classes_as_values() -> None:
+    """``bias_attr=qkv_bias`` (PaddleClas' ViT): False makes no bias, True, None or a name
+    the layer's own; ``act_layer=nn.GELU`` / ``nn.Hardswish`` as values: torch's classes."""
+    code = _converted(ATTRS)
+    src: dict[str, Any] = {}
+    exec(ATTRS, src)
+    tgt: dict[str, Any] = {}
+    exec(code, tgt)
+    from port_code_corpus_harness import copy_weights
+
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype("float32")
+    for made, want_net in zip(tgt["nets"], src["nets"], strict=True):
+        assert (made[0].bias is None) is (want_net[0].bias is None)
+        copy_weights(want_net, made)
+        want = want_net(paddle.to_tensor(x)).numpy()
+        np.testing.assert_allclose(made(torch.tensor(x)).detach().numpy(), want, atol=1e-6)
+    assert [type(n[1]) for n in tgt["nets"]] == [torch.nn.GELU] * 3 + [torch.nn.Hardswish]
+
+
+def test_astype_takes_paddles_dtype_names() -> None:
+    """``x.astype('float')`` is float64 in Paddle (numpy's names), float32 as torch.float;
+    a numpy array keeps its own astype."""
+    source = (
+        "import numpy as np\nimport paddle\n"
+        "out = [x.astype(d) for d in ('float', 'int', float, 'bool', np.int32, 'float16')]\n"
+        "arr = x.numpy().astype('float32')\n"
+    )
+    code = _converted(source)
+    src: dict[str, Any] = {"x": paddle.to_tensor(np.arange(3.0) - 1)}
+    exec(source, src)
+    tgt: dict[str, Any] = {"x": torch.tensor(np.arange(3.0) - 1)}
+    exec(code, tgt)
+    for a, b in zip(src["out"], tgt["out"], strict=True):
+        assert str(a.dtype).split(".")[-1] == str(b.dtype).split(".")[-1]
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert isinstance(tgt["arr"], np.ndarray) and tgt["arr"].dtype == np.float32

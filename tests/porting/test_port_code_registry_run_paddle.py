@@ -37,6 +37,81 @@ NO_PRETRAINED = (
 )
 
 
+def _head_steps(head: str) -> str:
+    """A margin head (``head(features, label)``: logits) on a Linear backbone, three
+    Momentum steps of cross entropy in training mode (the margin applies to the label)."""
+    return f"""
+class Net(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.body = paddle.nn.Linear(6, 8)
+        self.head = {head}
+
+    def forward(self, x, label):
+        return self.head(self.body(x), label)
+
+
+model = Net()
+H.keep(model)
+opt = paddle.optimizer.Momentum(learning_rate=0.05, momentum=0.9, parameters=model.parameters())
+for _ in range(3):
+    label = H.labels(4, 1, classes=10)
+    loss = paddle.nn.functional.cross_entropy(model(H.array(4, 6), label), label)
+    H.loss(loss)
+    loss.backward()
+    opt.step()
+    opt.clear_grad()
+"""
+
+
+SEQUENCE_MASK = """
+def sequence_mask(seq_ids, valid_lengths):  # PaddleNLP's paddlenlp.layers.sequence
+    return seq_ids < valid_lengths.unsqueeze(1)
+"""
+CRF_STEPS = """
+class Tagger(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.emit = paddle.nn.Linear(6, 5)
+        self.crf = LinearChainCrf(3, crf_lr=1.0)
+
+    def forward(self, x, lengths, labels):  # the loss made here: the CRF registered once
+        return LinearChainCrfLoss(self.crf)(self.emit(x), lengths, labels).mean()
+
+
+model = Tagger()
+H.keep(model)
+opt = paddle.optimizer.Momentum(learning_rate=0.05, momentum=0.9, parameters=model.parameters())
+for _ in range(3):
+    lengths = H.labels(2, classes=3) + 3
+    loss = model(H.array(2, 5, 6), lengths, H.labels(2, 5, classes=3))
+    H.loss(loss)
+    loss.backward()
+    opt.step()
+    opt.clear_grad()
+# the CRF's caches, tensors Paddle registers as (non-persistable) buffers where PyTorch
+# keeps plain attributes: cleared, so that the layers pair as polytrain port pairs them
+for cache in ("_initial_alpha", "_start_tensor", "_stop_tensor", "_batch_index",
+              "_seq_index", "_batch_seq_index"):
+    setattr(model.crf, cache, None)
+"""
+
+
+# what the marker on `ParamAttr(regularizer=L2Decay(0.0))` asks: no decay of its own (the
+# runs' optimizer has none), the layer's own initializers
+NO_DECAY_BN = (
+    'weight=ParamAttr(\n                name=bn_name + "_scale", regularizer=float(0.0)), '
+    'bias=ParamAttr(\n                name=bn_name + "_offset", regularizer=float(0.0))',
+    "weight=None, bias=None",
+)
+
+# training mode (BatchNorm normalises by the batch: eval mode with fresh statistics lets
+# activations grow to thousands, past Paddle's CPU softmax clip at -64) without dropout;
+# batches whose last feature map has several values per channel (a BatchNorm over two
+# values has gradients of rounding noise)
+TRAIN_NO_DROPOUT = "model.train()\nmodel.dropout.p = 0.0"
+
+
 @dataclass(frozen=True)
 class Case:
     """A registry file (``name`` in registry-paddle), its ``edits`` (old, new) and
@@ -51,17 +126,23 @@ class Case:
 
 
 def _steps(
-    make: str, batch: str = "H.array(2, 3, 32, 32)", classes: int = 10, lr: float = 0.05
+    make: str,
+    batch: str = "H.array(2, 3, 32, 32)",
+    classes: int = 10,
+    lr: float = 0.05,
+    mode: str = "model.eval()",
 ) -> str:
     """A model made by ``make``, kept, three Momentum steps of cross entropy on ``batch``
-    (eval mode: dropout off, its masks being each framework's draws; gradients flow)."""
+    (``mode``: eval by default: dropout off, its masks being each framework's draws;
+    gradients flow)."""
     return f"""
 model = {make}
 H.keep(model)
-model.eval()
+{mode}
 opt = paddle.optimizer.Momentum(learning_rate={lr}, momentum=0.9, parameters=model.parameters())
 for _ in range(3):
-    loss = paddle.nn.functional.cross_entropy(model({batch}), H.labels(2, 1, classes={classes}))
+    x = {batch}
+    loss = paddle.nn.functional.cross_entropy(model(x), H.labels(x.shape[0], 1, classes={classes}))
     H.loss(loss)
     loss.backward()
     opt.step()
@@ -75,6 +156,45 @@ CASES = [
         "ppcls_se_resnext.py",
         edits=(NO_PRETRAINED,),
         driver=_steps("ResNeXt(layers=50, class_num=10, cardinality=32)", lr=0.001),
+    ),
+    Case(
+        "ppcls_ghostnet.py",
+        edits=(NO_PRETRAINED,),
+        driver="paddle.seed(0)"
+        + _steps("GhostNet(0.5, 10)", "H.array(16, 3, 32, 32)", lr=0.0001, mode=TRAIN_NO_DROPOUT),
+        left=("paddle.ParamAttr",),
+        fixes=(NO_DECAY_BN,),
+    ),
+    Case(
+        "ppcls_vision_transformer.py",
+        edits=(NO_PRETRAINED,),
+        driver=_steps(
+            "VisionTransformer(img_size=32, patch_size=8, class_num=10, embed_dim=32, depth=2,"
+            " num_heads=2, qkv_bias=True)"
+        ),
+        # the layers are named by strings, `eval(norm_layer)`: the tool does not see them
+        left=("paddle.nn.initializer.Normal",),  # `normal_ = Normal`, never used
+        fixes=(
+            ("eval(norm_layer)(embed_dim, epsilon=", "nn.LayerNorm(embed_dim, eps="),
+            ("eval(norm_layer)(dim, epsilon=", "nn.LayerNorm(dim, eps="),
+        ),
+    ),
+    Case("ppcls_arcmargin.py", driver=_head_steps("ArcMargin(8, 10, scale=8.0)")),
+    Case(
+        "paddlenlp_crf.py",
+        edits=(
+            ("from ..utils.log import logger", "import logging\nlogger = logging.getLogger('crf')"),
+            ("from .sequence import sequence_mask", SEQUENCE_MASK),
+        ),
+        driver=CRF_STEPS,
+        left=("paddle.ParamAttr",),
+        # the marker on ParamAttr(learning_rate=crf_lr): the runs make it with crf_lr=1.0
+        fixes=(
+            ("paddle.ParamAttr(learning_rate=crf_lr)", "None"),
+            # Paddle's `a += b` is `a = a + b` (a new tensor, broadcast), PyTorch's is in
+            # place: the tool leaves augmented assignments as they are (docs/porting.md)
+            ("offsets += unsqueeze_axes(", "offsets = offsets + unsqueeze_axes("),
+        ),
     ),
 ]
 

@@ -183,6 +183,7 @@ class Framework:
     grad_update: str = ""  # the context an in-place update by a gradient runs in (no_grad)
     module_parameter: str = ""  # a parameter that is the framework's module (Gluon's ``F``)
     module_parameter_as: str = ""  # the module whose entries convert ``F.x`` (mxnet.nd)
+    layer_classes: tuple[str, ...] = ()  # a subclass's ``self`` is a layer (layer_self.py)
 
     def canonical(self, name: str) -> str:
         """``name`` with a module synonym replaced (``mxnet.ndarray.zeros`` is
@@ -335,6 +336,7 @@ def load_framework(path: Path) -> Framework:
         init_helper=head.get("init_helper", ""),
         module_parameter=head.get("module_parameter", ""),
         module_parameter_as=head.get("module_parameter_as", ""),
+        layer_classes=tuple(head.get("layer_classes", ())),
     )
 
 
@@ -357,6 +359,7 @@ def frameworks() -> dict[str, Framework]:
                 old.init_helper or fw.init_helper, (*old.transposed, *fw.transposed),
                 old.grad_update or fw.grad_update, old.module_parameter or fw.module_parameter,
                 old.module_parameter_as or fw.module_parameter_as,
+                (*old.layer_classes, *fw.layer_classes),
             )  # fmt: skip
         merged[fw.root] = fw
     return merged

@@ -19,7 +19,7 @@ from libcst.metadata import (
     QualifiedNameSource,
 )
 
-from polytrain.porting.code import blocks, hybrid
+from polytrain.porting.code import blocks, hybrid, layer_self
 from polytrain.porting.code.arguments import NO_SPACE, NotConverted, code, convert_arguments
 from polytrain.porting.code.report import Use
 from polytrain.porting.code.table import Entry, Framework
@@ -98,6 +98,7 @@ class PortTransformer(cst.CSTTransformer):
         self._hybrid = hybrid.Hybrid()  # Gluon's hybrid_forward(self, F, ...) (visit_Module)
         self._blocks = blocks.Blocks()  # super().__init__(**kwargs) of blocks (visit_Module)
         self._filled: set[cst.Call] = set()  # ``out.add(nn.Conv2D(...))``, out a parameter
+        self._layers: set[cst.ClassDef] = set()  # classes derived from a layer (visit_Module)
 
     # -- lookups ------------------------------------------------------------------------
 
@@ -250,6 +251,8 @@ class PortTransformer(cst.CSTTransformer):
         fills = {m[1:] for f in self.imported for m, e in f.methods.items() if e.receivers}
         self._filled = blocks.filled(node, fills, self._makes_block)
         self._find_receivers(node)
+        bases = {c for fw in self.imported for c in fw.layer_classes}
+        self._layers = layer_self.layer_classes(node, self._qualified, bases)
         self._pair_schedulers(node, node.body)
         self._pair_steps(node.body)
 
@@ -286,6 +289,22 @@ class PortTransformer(cst.CSTTransformer):
                 return f"{current.name.value}:{text}"
             current = self.get_metadata(ParentNodeProvider, current, None)
         return text
+
+    def _qualified(self, node: cst.BaseExpression) -> str | None:
+        found = self._resolve(node)
+        return found.name if found is not None else None
+
+    def _parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.get_metadata(ParentNodeProvider, node, None)
+
+    def _receiver_api(self, receiver: cst.BaseExpression) -> str | None:
+        """The API whose call made ``receiver``; ``self`` of a layer class: the first of
+        its framework's ``layer_classes`` (``paddle.nn.Layer``)."""
+        made_by = self._made_by.get(self._receiver_key(receiver))
+        name = receiver if isinstance(receiver, cst.Name) and made_by is None else None
+        if name is not None and layer_self.self_of_layer(name, self._parent, self._layers):
+            return next(fw.layer_classes[0] for fw in self.imported if fw.layer_classes)
+        return made_by
 
     def _method_call(self, stmt: cst.CSTNode) -> tuple[cst.Call, Entry] | None:
         """``<receiver>.<method>(...)`` alone on its line, with its table entry."""
@@ -404,7 +423,7 @@ class PortTransformer(cst.CSTTransformer):
         if isinstance(original.func, cst.Attribute) and self._hybrid_f(original.func.value):
             self._left(original, f"F.{original.func.attr.value}", HYBRID_F)
             return updated
-        if isinstance(original.func, cst.Attribute) and not self._foreign(original.func.value):
+        if isinstance(original.func, cst.Attribute) and not self._elsewhere(original.func.value):
             entry = self._method(original.func.attr.value)
             if entry is not None and entry.kind != "attribute":
                 return self._convert_method(original, updated, entry)
@@ -428,6 +447,15 @@ class PortTransformer(cst.CSTTransformer):
             return None
         fw = framework_of(api, self.tables)
         return fw.entries.get(api) if fw is not None else None
+
+    def _elsewhere(self, receiver: cst.BaseExpression) -> bool:
+        """``receiver`` is another module's (``_foreign``) or a result of that module's call
+        (``np.ones(3).astype``: a chain of calls from it)."""
+        while isinstance(receiver, cst.Call | cst.Attribute | cst.Subscript):
+            receiver = receiver.func if isinstance(receiver, cst.Call) else receiver.value
+            if self._foreign(receiver):
+                return True
+        return self._foreign(receiver)
 
     def _foreign(self, receiver: cst.BaseExpression) -> bool:
         """``receiver`` names something imported from another module than the frameworks'
@@ -562,7 +590,7 @@ class PortTransformer(cst.CSTTransformer):
         api = entry.source
         assert isinstance(original.func, cst.Attribute) and isinstance(updated.func, cst.Attribute)
         if entry.receivers:
-            made_by = self._made_by.get(self._receiver_key(original.func.value))
+            made_by = self._receiver_api(original.func.value)
             if made_by not in entry.receivers and original not in self._filled:
                 if entry.unknown_receiver and made_by != FOREIGN:
                     self._left(original, api, entry.unknown_receiver)
