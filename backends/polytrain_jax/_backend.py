@@ -20,7 +20,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from polytrain.backend.autodiff import ShardStep
-from polytrain.backend.base import Backend, Device, Model, check_params
+from polytrain.backend.base import (
+    Backend,
+    Collectives,
+    Compilation,
+    Device,
+    Inspection,
+    Model,
+    NativeIO,
+    Precision,
+    check_params,
+)
 from polytrain.backend.collectives import check_reduce_op
 from polytrain.backend.devices import split_device_name
 from polytrain.backend.functional import FunctionalOps
@@ -63,7 +73,7 @@ PROFILE = CompileProfile(
 )  # fmt: skip
 
 
-class JaxBackend(Backend):
+class JaxBackend(Backend, Collectives, Precision, NativeIO, Inspection, Compilation):
     name = "jax"
     framework = "jax"
     native_suffix = ".msgpack"

@@ -21,7 +21,17 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
-from polytrain.backend.base import Backend, Device, Model, Tensor
+from polytrain.backend.base import (
+    Backend,
+    Collectives,
+    Compilation,
+    Device,
+    Inspection,
+    Model,
+    NativeIO,
+    Precision,
+    Tensor,
+)
 from polytrain.backend.collectives import check_reduce_op
 from polytrain.backend.devices import DeviceSeq
 from polytrain.backend.functional import FunctionalOps
@@ -109,7 +119,7 @@ _CPU0 = mx.cpu(0)
 _SHARED_DTYPES = ("float32", "float64", "int32", "int64")
 
 
-class MXNetBackend(Backend):
+class MXNetBackend(Backend, Collectives, Precision, NativeIO, Inspection, Compilation):
     name = "mxnet"
     framework = "mxnet"
     compiled_mode = "hybridize"

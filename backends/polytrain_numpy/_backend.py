@@ -17,7 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from polytrain.backend.base import Backend, Device, Model, check_params
+from polytrain.backend.base import (
+    Backend,
+    Collectives,
+    Device,
+    Inspection,
+    Model,
+    NativeIO,
+    Precision,
+    check_params,
+)
 from polytrain.backend.collectives import check_reduce_op
 from polytrain.backend.devices import split_device_name
 from polytrain.backend.functional import FunctionalOps
@@ -27,6 +36,7 @@ from polytrain.neutral.losses import LossSpec, class_positions
 from polytrain.neutral.models import ModelSpec
 from polytrain.neutral.optim import Optimizer, OptimizerConfig
 from polytrain.utils.fileio import atomic_write_bytes
+from polytrain.utils.malloc import keep_freed_memory
 
 from . import _autograd as A
 from . import _blas
@@ -42,6 +52,11 @@ ONE_PROCESS = (
     "(torch, paddle, mxnet) for several processes"
 )
 _ONLY = "it computes in float32 or float64 only"
+MALLOC_VAR = "POLYTRAIN_NUMPY_MALLOC"  # "reuse" (the default) or "system"
+# freed heap kept for the next step: a LeNet step of batch 256 frees more than glibc's own
+# largest trim threshold (64 MiB) and faulted ~12,000 pages in per step with it
+# (docs/performance.md, "The main job's time")
+TRIM_THRESHOLD = 128 << 20
 
 
 def _nets(model: Model) -> list[NumpyNet]:
@@ -61,7 +76,7 @@ def _input(x: Any, net: NumpyNet) -> Tensor:
     return x
 
 
-class NumpyBackend(Backend):
+class NumpyBackend(Backend, Collectives, Precision, NativeIO, Inspection):
     name = "numpy"
     framework = "numpy"
     native_suffix = ".npz"
@@ -69,6 +84,7 @@ class NumpyBackend(Backend):
     def __init__(self, options: Any = None) -> None:
         super().__init__(options)
         self.rng = np.random.default_rng()  # dropout; seed() makes it reproducible
+        self.malloc = keep_freed_memory(MALLOC_VAR, TRIM_THRESHOLD)
 
     # -- identity, threads, seeds ---------------------------------------------------------
 

@@ -30,7 +30,8 @@ def _windows(xp: np.ndarray, k: int, s: int, oh: int, ow: int) -> np.ndarray:
 
 
 def _scatter(dxp: np.ndarray, part: np.ndarray, i: int, j: int, s: int) -> None:
-    """Add ``part`` [N, C, OH, OW] into the window offset (i, j) of every output position."""
+    """Add ``part`` [N, C, OH, OW] (or [C, N, OH, OW] into a [C, N, H, W] ``dxp``) into
+    the window offset (i, j) of every output position."""
     oh, ow = part.shape[2:]
     dxp[:, :, i : i + s * (oh - 1) + 1 : s, j : j + s * (ow - 1) + 1 : s] += part
 
@@ -97,14 +98,17 @@ def conv2d_backward(
     if not need_x:
         return None, gw, gb
     c = x_shape[1]
-    # [C, K, K, N, OH, OW]: each window offset is one block to add back
+    # [C, K, K, N, OH, OW]: each window offset is one block to add back, into the padded
+    # input's gradient laid out [C, N, H, W] as the blocks are (a contiguous read each; the
+    # same additions in the same order as into NCHW), made NCHW once at the end
     dcols = (w.reshape(o, -1).T @ gm).reshape(c, k, k, n, oh, ow)
     h, wd = x_shape[2] + 2 * padding, x_shape[3] + 2 * padding
-    dxp = np.zeros((n, c, h, wd), dtype=g.dtype)
+    dxp = np.zeros((c, n, h, wd), dtype=g.dtype)
     for i in range(k):
         for j in range(k):
-            _scatter(dxp, dcols[:, i, j].transpose(1, 0, 2, 3), i, j, stride)
-    return _crop(dxp, padding, x_shape), gw, gb
+            _scatter(dxp, dcols[:, i, j], i, j, stride)
+    inside = dxp[:, :, padding : padding + x_shape[2], padding : padding + x_shape[3]]
+    return np.ascontiguousarray(inside.transpose(1, 0, 2, 3)), gw, gb
 
 
 # -- pooling ----------------------------------------------------------------------------------

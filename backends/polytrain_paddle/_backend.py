@@ -21,7 +21,17 @@ from typing import Any, cast
 import numpy as np
 
 from polytrain.backend.autodiff import ShardStep
-from polytrain.backend.base import Backend, Device, Model, Tensor
+from polytrain.backend.base import (
+    Backend,
+    Collectives,
+    Compilation,
+    Device,
+    Inspection,
+    Model,
+    NativeIO,
+    Precision,
+    Tensor,
+)
 from polytrain.backend.buckets import bucket_bytes
 from polytrain.backend.collectives import check_reduce_op
 from polytrain.backend.devices import DeviceSeq
@@ -64,7 +74,7 @@ release_signals(paddle)  # also when paddle was imported before this plugin arme
 _NUMPY = {paddle.float32: np.float32, paddle.float64: np.float64}  # parameter dtypes
 
 
-class PaddleBackend(Backend):
+class PaddleBackend(Backend, Collectives, Precision, NativeIO, Inspection, Compilation):
     name = "paddle"
     framework = "paddle"
     compiled_mode = _static.TOOL

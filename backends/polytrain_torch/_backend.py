@@ -14,7 +14,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from polytrain.backend.base import Backend, Device, Model, Tensor
+from polytrain.backend.base import (
+    Backend,
+    Collectives,
+    Compilation,
+    Device,
+    Inspection,
+    Model,
+    NativeIO,
+    Precision,
+    Tensor,
+)
 from polytrain.backend.buckets import bucket_bytes
 from polytrain.backend.collectives import check_reduce_op
 from polytrain.backend.devices import DeviceSeq
@@ -57,7 +67,7 @@ def collective_engine(
     return "nccl" if on_gpus and local_processes <= gpus else "gloo"
 
 
-class TorchBackend(Backend):
+class TorchBackend(Backend, Collectives, Precision, NativeIO, Inspection, Compilation):
     name = "torch"
     framework = "torch"
     compiled_mode = "torch.compile"

@@ -15,23 +15,17 @@ that much freed memory (its peak is unchanged); blocks above 32 MiB are mapped f
 Applied once per process, on Linux with glibc, unless the user chose glibc's thresholds
 (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``, or ``glibc.malloc`` tunables in
 ``GLIBC_TUNABLES``) or set ``POLYTRAIN_TORCH_MALLOC=system``. Paddle and MXNet keep their own
-memory pools and were measured unaffected.
+memory pools and were measured unaffected. The thresholds are set by
+:mod:`polytrain.utils.malloc` (the numpy backend sets them too).
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
-import platform
-
-from polytrain.errors import BackendError
+from polytrain.utils.malloc import MMAP_THRESHOLD
+from polytrain.utils.malloc import keep_freed_memory as _keep
 
 MODE_VAR = "POLYTRAIN_TORCH_MALLOC"  # "reuse" (the default) or "system"
-MMAP_THRESHOLD = 32 << 20  # glibc's largest dynamic mmap threshold (64-bit)
 TRIM_THRESHOLD = 2 * MMAP_THRESHOLD  # glibc keeps this ratio when it raises them itself
-_M_TRIM_THRESHOLD = -1  # mallopt parameters, <malloc.h>
-_M_MMAP_THRESHOLD = -3
-_USER_VARS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 
 _applied: str | None = None  # what keep_freed_memory decided, once per process
 
@@ -46,22 +40,4 @@ def keep_freed_memory() -> str:
 
 
 def _apply() -> str:
-    mode = os.environ.get(MODE_VAR, "reuse").strip().lower()
-    if mode not in ("reuse", "system"):
-        raise BackendError(f"{MODE_VAR} must be 'reuse' or 'system', got {mode!r}.")
-    if mode == "system":
-        return f"system: {MODE_VAR}=system"
-    chosen = [v for v in _USER_VARS if v in os.environ]
-    if "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""):
-        chosen.append("GLIBC_TUNABLES")
-    if chosen:
-        return f"system: the user set {', '.join(chosen)}"
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return "system: not Linux with glibc"
-    mallopt = ctypes.CDLL(None).mallopt
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    if not (
-        mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
-    ):
-        return "system: glibc refused the thresholds"
-    return "reuse"
+    return _keep(MODE_VAR, TRIM_THRESHOLD)

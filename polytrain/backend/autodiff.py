@@ -12,7 +12,6 @@ from typing import TypeVar
 
 import numpy as np
 
-from polytrain.backend.collectives import CollectiveVerbs
 from polytrain.backend.devices import Tensor
 from polytrain.backend.model import Model, ModelVerbs
 from polytrain.errors import BackendError
@@ -54,8 +53,9 @@ class ShardStep:
     correct: Tensor | None = None
 
 
-class AutodiffVerbs(ModelVerbs, CollectiveVerbs):
-    """Recording, losses, backward, and gradients (synchronised with the collectives)."""
+class AutodiffVerbs(ModelVerbs):
+    """Recording, losses, backward, and gradients (summed over replicas by the
+    :class:`~polytrain.backend.collectives.Collectives` capability)."""
 
     def record(self) -> contextlib.AbstractContextManager[None]:
         """Context in which a training forward pass records the graph for backward
@@ -107,22 +107,6 @@ class AutodiffVerbs(ModelVerbs, CollectiveVerbs):
         """Per trainable parameter, the native gradient tensor of each replica, to be
         summed. In one process a parameter that no replica's backward reached may be left
         out, and is then not stepped (docs/semantics.md, rule 21)."""
-
-    def sync_gradients(self, model: Model) -> None:
-        """Sum every gradient over replicas (and processes): after it, each replica
-        holds the gradient of the whole global batch."""
-        if model.num_devices == 1 and self.world_size == 1:
-            return
-        if self.sync_in_buckets(model):
-            return
-        for grads in self.replica_gradients(model):
-            self.allreduce(grads, "sum")
-
-    def sync_in_buckets(self, model: Model) -> bool:
-        """The fused path of :meth:`sync_gradients`: sum the gradients in flat buckets of
-        ``bucket_mb`` (:mod:`polytrain.backend.buckets`) and return True; False (the
-        default, and a bucket size of 0) leaves one collective per parameter."""
-        return False
 
     def grad_norm(self, model: Model) -> float:
         """Global L2 norm of replica 0's gradients (after synchronisation)."""

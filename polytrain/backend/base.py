@@ -1,21 +1,29 @@
 """The common interface every backend implements: one docstring per verb states its contract.
 
-Required verbs are abstract, so a third-party backend missing one fails when it is
-built, not in the middle of training. Optional behaviour (loss scaling without mixed
-precision, gradient synchronisation across replicas) has concrete defaults written
-with the required verbs; a backend overrides them only to go faster.
-
-:class:`Backend` is composed of one small ABC per concern, each in its own module:
+:class:`Backend` is the required core, which every backend implements; its required verbs
+are abstract, so a third-party backend missing one fails when it is built, not in the
+middle of training. Its optional hooks (the step verb, named losses, clipping) have
+concrete defaults written with the required verbs; a backend overrides them only to go
+faster or to do more. The core is four small ABCs, one per module:
 
 =======================  ==============================================================
 ``identity``             name, framework, version, threads, seeds, synchronize
 ``devices``              devices and their neutral names, tensors, split_and_load, copy_to
-``model``                build_model, parameters, forward, layer_outputs, make_optimizer
-``autodiff``             record, losses, backward, gradients, sync_gradients, clipping
+``model``                build_model, parameters, forward, make_optimizer
+``autodiff``             record, losses, backward, gradients, clipping
                          (the step verb ``loss_and_gradients``: here, built from them)
-``collectives``          allreduce, broadcast, process groups
-``precision_verbs``      autocast, unscale_gradients, precision_support
-``native_io``            save_native, load_native
+=======================  ==============================================================
+
+What a backend may lack is a *capability*: an ABC of its own, not a base of
+:class:`Backend`, which a backend class lists beside it when it has it (the core finds it
+with ``isinstance``: :mod:`polytrain.backend.discovery`):
+
+=======================  ==============================================================
+:class:`Collectives`     allreduce, broadcast, process groups, the gradient sum
+:class:`Precision`       precision_support, autocast, unscale_gradients
+:class:`NativeIO`        save_native, load_native
+:class:`Inspection`      layer_outputs
+:class:`Compilation`     compiled_mode, compile_profile, compile_cache_warm
 =======================  ==============================================================
 
 Backend authors share helpers in this package: :func:`~polytrain.backend.model.build_inputs`
@@ -33,21 +41,39 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from polytrain.backend.autodiff import AutodiffVerbs, ShardStep
+from polytrain.backend.collectives import Collectives as Collectives
+from polytrain.backend.compilation import Compilation as Compilation
 from polytrain.backend.devices import Device as Device
 from polytrain.backend.devices import Tensor as Tensor
 from polytrain.backend.devices import parse_devices as parse_devices
+from polytrain.backend.discovery import Capability, adopt_capabilities
 from polytrain.backend.functional import FunctionalOps
 from polytrain.backend.identity import BackendOptions as BackendOptions
+from polytrain.backend.inspection import Inspection as Inspection
 from polytrain.backend.mismatch import check_params as check_params
 from polytrain.backend.model import Model as Model
-from polytrain.backend.native_io import NativeIOVerbs
-from polytrain.backend.precision_verbs import PrecisionVerbs
+from polytrain.backend.native_io import NativeIO as NativeIO
+from polytrain.backend.precision_verbs import Precision as Precision
 from polytrain.errors import BackendError
 from polytrain.neutral.losses import LossSpec
 
+#: every capability a backend may have, in the order the docs list them
+CAPABILITIES: tuple[type[Capability], ...] = (
+    Collectives,
+    Precision,
+    NativeIO,
+    Inspection,
+    Compilation,
+)
 
-class Backend(AutodiffVerbs, PrecisionVerbs, NativeIOVerbs):
-    """One framework behind the common interface."""
+
+class Backend(AutodiffVerbs):
+    """One framework behind the common interface: the required core. A backend lists the
+    capabilities it has beside it (``class Mine(Backend, Collectives, NativeIO)``)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        adopt_capabilities(cls, CAPABILITIES)  # a backend written as one class keeps them
 
     def loss(
         self, outputs: Tensor, targets: Tensor, loss: LossSpec, reduction: str = "sum"

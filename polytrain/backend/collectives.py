@@ -1,13 +1,21 @@
-"""Collectives: reductions over the replicas of one process and over the processes of a job."""
+"""Collectives: reductions over the replicas of one process and over the processes of a job.
+
+A capability (:mod:`polytrain.backend.discovery`): a backend without it trains on one
+device in one process.
+"""
 
 from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sequence
+from typing import ClassVar, cast
 
 import numpy as np
 
-from polytrain.backend.devices import Device, DeviceVerbs, Tensor
+from polytrain.backend.autodiff import AutodiffVerbs
+from polytrain.backend.devices import Device, Tensor
+from polytrain.backend.discovery import Capability
+from polytrain.backend.model import Model
 from polytrain.distributed.cluster import ClusterInfo
 from polytrain.errors import BackendError
 
@@ -15,14 +23,18 @@ REDUCE_OPS = ("sum", "mean")
 
 
 def check_reduce_op(op: str) -> str:
-    """``op`` if :meth:`CollectiveVerbs.allreduce` knows it, else a BackendError."""
+    """``op`` if :meth:`Collectives.allreduce` knows it, else a BackendError."""
     if op not in REDUCE_OPS:
         raise BackendError(f"allreduce op must be 'sum' or 'mean', got {op!r}.")
     return op
 
 
-class CollectiveVerbs(DeviceVerbs):
-    """Reductions across devices and, once :meth:`init_distributed` ran, processes."""
+class Collectives(Capability):
+    """Reductions across devices and, once :meth:`init_distributed` ran, processes; the
+    gradient sum of a step (:meth:`sync_gradients`) built on them."""
+
+    label: ClassVar[str] = "collectives"
+    marks: ClassVar[tuple[str, ...]] = ("allreduce", "broadcast")
 
     @abstractmethod
     def allreduce(self, tensors: Sequence[Tensor], op: str) -> None:
@@ -75,6 +87,39 @@ class CollectiveVerbs(DeviceVerbs):
         """Sum host numbers over every process (float64 on the host; identity alone)."""
         if self.world_size == 1:
             return [float(v) for v in values]
-        tensor = self.to_tensor(np.asarray(values, dtype=np.float64), self.device("cpu"))
+        backend = cast(AutodiffVerbs, self)  # the core verbs of the Backend it is part of
+        tensor = backend.to_tensor(np.asarray(values, dtype=np.float64), backend.device("cpu"))
         (total,) = self.all_reduced([tensor], "sum")
-        return [float(v) for v in self.to_numpy(total)]
+        return [float(v) for v in backend.to_numpy(total)]
+
+    def sync_gradients(self, model: Model) -> None:
+        """Sum every gradient over replicas (and processes): after it, each replica
+        holds the gradient of the whole global batch."""
+        if model.num_devices == 1 and self.world_size == 1:
+            return
+        if self.sync_in_buckets(model):
+            return
+        for grads in cast(AutodiffVerbs, self).replica_gradients(model):
+            self.allreduce(grads, "sum")
+
+    def sync_in_buckets(self, model: Model) -> bool:
+        """The fused path of :meth:`sync_gradients`: sum the gradients in flat buckets of
+        ``bucket_mb`` (:mod:`polytrain.backend.buckets`) and return True; False (the
+        default, and a bucket size of 0) leaves one collective per parameter."""
+        return False
+
+
+def sum_over_processes(backend: AutodiffVerbs, values: Sequence[float]) -> list[float]:
+    """:meth:`Collectives.allreduce_numbers` where the backend has collectives; alone
+    (one process), the values themselves."""
+    if backend.world_size == 1:
+        return [float(v) for v in values]
+    return Collectives.required(backend, "summing over processes").allreduce_numbers(values)
+
+
+def leave_processes(backend: AutodiffVerbs) -> None:
+    """:meth:`Collectives.shutdown_distributed`, if the backend has collectives (without
+    them it never joined a process group)."""
+    collectives = Collectives.of(backend)
+    if collectives is not None:
+        collectives.shutdown_distributed()

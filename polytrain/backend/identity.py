@@ -1,4 +1,4 @@
-"""The first part of the backend contract: which framework, its threads, seeds and clock."""
+"""The first part of the required core: which framework, its threads, seeds and clock."""
 
 from __future__ import annotations
 
@@ -42,13 +42,11 @@ class IdentityVerbs(ABC):
     framework: ClassVar[str]
 
     #: Compiled execution (hybridize, torch.compile, to_static) when BackendOptions.fast
-    #: is None: each backend's default is what measured faster here (docs/performance.md).
-    #: The Trainer's automatic mode (polytrain.training.compile_decision) keeps a True
-    #: default and otherwise weighs ``compile_profile`` against the planned steps.
+    #: is None, for a backend with a compiled mode (:mod:`polytrain.backend.compilation`):
+    #: each backend's default is what measured faster here (docs/performance.md). The
+    #: Trainer's automatic mode (polytrain.training.compile_decision) keeps a True default
+    #: and otherwise weighs ``compile_profile`` against the planned steps.
     fast_default: ClassVar[bool] = False
-    #: The name of that compiled execution (``torch.compile``, ``hybridize``...); None: the
-    #: backend has none, and ``--fast`` runs eager (the run header says so).
-    compiled_mode: ClassVar[str | None] = None
 
     def __init__(self, options: BackendOptions | None = None) -> None:
         self.options = options or BackendOptions()
@@ -59,15 +57,6 @@ class IdentityVerbs(ABC):
     def fast(self) -> bool:
         """Whether models are built for compiled execution (``--fast/--no-fast``)."""
         return self.fast_default if self.options.fast is None else bool(self.options.fast)
-
-    def compile_profile(self) -> CompileProfile | None:
-        """The compiled mode's measured costs, or None: no compiled mode worth choosing
-        automatically (``--fast`` still asks for it)."""
-        return None
-
-    def compile_cache_warm(self, fingerprint: str) -> bool:
-        """Whether a model with this fingerprint compiled before into the persistent cache."""
-        return False
 
     @abstractmethod
     def version(self) -> str:

@@ -115,13 +115,6 @@ class ModelVerbs(DeviceVerbs):
         """Logits of replica ``replica`` for ``x`` (on that replica's device). With
         ``train=False`` the model is in eval mode and no graph is recorded."""
 
-    def layer_outputs(self, model: Model, x: Tensor) -> list[tuple[str, np.ndarray]]:
-        """Eval-mode forward of replica 0 returning every leaf layer's output (and each
-        residual block's), in forward order, as numpy: for inspection and for naming the
-        first layer whose output went non-finite. Optional verb
-        (:mod:`polytrain.backend.capture` helps)."""
-        raise BackendError(f"Backend {self.name!r} cannot report per-layer outputs.")
-
     @abstractmethod
     def make_optimizer(self, model: Model, config: OptimizerConfig) -> Optimizer:
         """An optimizer over every replica applying the update rule of

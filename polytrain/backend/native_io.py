@@ -1,17 +1,21 @@
 """Native files: a model's weights in the framework's own format, written and read by the
-framework (the format itself is declared by the plugin: :mod:`polytrain.backend.native_format`)."""
+framework (the format itself is declared by the plugin: :mod:`polytrain.backend.native_format`).
+A capability (:mod:`polytrain.backend.discovery`)."""
 
 from __future__ import annotations
 
 from abc import abstractmethod
 from typing import ClassVar
 
-from polytrain.backend.identity import IdentityVerbs
+from polytrain.backend.discovery import Capability
 from polytrain.backend.model import Model
 
 
-class NativeIOVerbs(IdentityVerbs):
+class NativeIO(Capability):
     """Saving and loading the framework's own weight files."""
+
+    label: ClassVar[str] = "native weight files"
+    marks: ClassVar[tuple[str, ...]] = ("save_native", "load_native")
 
     native_suffix: ClassVar[str]
 

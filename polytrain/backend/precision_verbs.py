@@ -1,21 +1,26 @@
-"""Mixed precision verbs (optional; the policy is :mod:`polytrain.training.mixed_precision`,
-the precisions and the loss scaler :mod:`polytrain.backend.precision`)."""
+"""Mixed precision verbs: a capability (:mod:`polytrain.backend.discovery`); a backend
+without it trains in fp32 only. The policy is :mod:`polytrain.training.mixed_precision`,
+the precisions and the loss scaler :mod:`polytrain.backend.precision`."""
 
 from __future__ import annotations
 
 import contextlib
+from abc import abstractmethod
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from polytrain.backend.devices import Device
-from polytrain.backend.identity import IdentityVerbs
+from polytrain.backend.discovery import Capability
 from polytrain.backend.model import Model
 from polytrain.backend.precision import PrecisionSupport
 from polytrain.errors import BackendError
 
 
-class PrecisionVerbs(IdentityVerbs):
-    """Autocast, unscaling fp16 gradients, and which precisions work where."""
+class Precision(Capability):
+    """Which precisions work where, autocast, and unscaling fp16 gradients."""
+
+    label: ClassVar[str] = "mixed precision"
+    marks: ClassVar[tuple[str, ...]] = ("precision_support",)
 
     @contextlib.contextmanager
     def autocast(self, precision: str) -> Iterator[None]:
@@ -30,20 +35,32 @@ class PrecisionVerbs(IdentityVerbs):
         scale) and return whether all of them are finite. Only fp16 needs it."""
         raise BackendError(f"Backend {self.name!r} cannot unscale gradients (no fp16 support).")
 
+    @abstractmethod
     def precision_support(self, device: Device | None = None) -> dict[str, PrecisionSupport]:
         """Per precision, whether training works on ``device`` (default: GPU 0, else the
         CPU) and why not; answered without training, for errors and ``polytrain doctor``."""
-        why = f"the {self.name} backend implements no mixed precision"
-        return {
-            "fp32": PrecisionSupport("fp32", True),
-            "bf16": PrecisionSupport("bf16", False, why),
-            "fp16": PrecisionSupport("fp16", False, why),
-            "fp64": PrecisionSupport("fp64", False, f"the {self.name} backend has no float64"),
-        }
 
     def supported_precisions(self, device: Device | None = None) -> list[str]:
         """The precisions :meth:`precision_support` says work on ``device``."""
         return [p for p, s in self.precision_support(device).items() if s.supported]
+
+
+def fp32_only(name: str) -> dict[str, PrecisionSupport]:
+    """What a backend without :class:`Precision` supports: fp32."""
+    why = f"the {name} backend implements no mixed precision"
+    return {
+        "fp32": PrecisionSupport("fp32", True),
+        "bf16": PrecisionSupport("bf16", False, why),
+        "fp16": PrecisionSupport("fp16", False, why),
+        "fp64": PrecisionSupport("fp64", False, f"the {name} backend has no float64"),
+    }
+
+
+def precision_support(backend: Any, device: Device | None = None) -> dict[str, PrecisionSupport]:
+    """:meth:`Precision.precision_support` of ``backend`` (a Backend), or fp32 only."""
+    if isinstance(backend, Precision):
+        return backend.precision_support(device)
+    return fp32_only(backend.name)
 
 
 def probe_float64(

@@ -122,14 +122,16 @@ def _quietly(fn: Any) -> int:
 
 def allreduce_worker(name: str) -> int:
     """One rank of the collective probe: sum rank+1 over two processes."""
+    from polytrain.backend.collectives import Collectives
     from polytrain.distributed.cluster import resolve
     from polytrain.plugins.registry import cluster_environments, get_backend
 
     backend = get_backend(name, threads=1)
+    collectives = Collectives.required(backend, "the collective probe")
     info = resolve(environments=cluster_environments())
-    backend.init_distributed(info, backend.devices("cpu"), timeout=60)
-    total = backend.allreduce_numbers([backend.rank + 1.0])[0]
-    backend.shutdown_distributed()
+    collectives.init_distributed(info, backend.devices("cpu"), timeout=60)
+    total = collectives.allreduce_numbers([backend.rank + 1.0])[0]
+    collectives.shutdown_distributed()
     return 0 if total == 3.0 else 1
 
 

@@ -144,6 +144,7 @@ def parse_run(backend: str, records: list[dict[str, Any]], returncode: int = 0) 
         seconds=float(end.get("seconds", 0.0)),
         peak_rss_mb=end.get("peak_rss_mb"),
         returncode=returncode,
+        fast=start.get("fast"),
     )
 
 
@@ -292,7 +293,9 @@ def _compare(
                   f"({why}) ==", file=sys.stderr, flush=True)  # fmt: skip
         train = load_datasets(recipe).train
         progress = None if quiet else ProgressLine("lockstep", steps)
-        locked = lockstep(backends, recipe, steps, train=train, threads=threads, progress=progress)
+        modes = {run.backend: run.fast for run in runs}  # each free run's path, checked
+        locked = lockstep(backends, recipe, steps, train=train, threads=threads,
+                          progress=progress, modes=modes)  # fmt: skip
     result = compare_runs(runs, recipe, tol, reference, locked)
     write_json(result, out / "comparison.json")
     write_plot(result, out / "comparison.png")

@@ -54,6 +54,7 @@ class LockstepResult:
     step_cpu_seconds: dict[str, list[float]] = field(default_factory=dict)  # the same, CPU
     compare_seconds: float = 0.0  # the differences' computation, all steps and backends
     omp_wait_policy: str = ""  # how the frameworks' OpenMP pools wait (quiet_openmp_pools)
+    fast: dict[str, bool] = field(default_factory=dict)  # per backend: its compiled mode
 
     @classmethod
     def empty(cls, backends: list[str], omp_wait_policy: str = "") -> LockstepResult:
@@ -90,6 +91,7 @@ class LockstepResult:
             "cpu_seconds": {b: sum(v) for b, v in self.step_cpu_seconds.items()},
             "compare_seconds": self.compare_seconds,
             "omp_wait_policy": self.omp_wait_policy,
+            "fast": self.fast,
         }
 
     def worst_grad_step(self, backend: str) -> tuple[int, str, float]:
@@ -201,15 +203,24 @@ def lockstep(
     train: ArrayDataset,
     threads: int | None = None,
     progress: Callable[[int], None] | None = None,
+    modes: dict[str, bool | None] | None = None,
 ) -> LockstepResult:
     """Run ``steps`` lockstep steps of ``recipe``; the first backend is the reference.
-    ``progress`` is called with the number of steps done after each one."""
+    ``progress`` is called with the number of steps done after each one. ``modes``: per
+    backend, its compiled mode (``fast``: the one its free run trained in, so the lockstep
+    checks that path: Paddle's static graph, jax's jit); absent or None: the backend's
+    default."""
     infos = registered_backends()  # numpy: polytrain's own dependency, loaded long before
     frameworks = [infos[b].framework for b in backends if b in infos]
     policy = quiet_openmp_pools([name for name in frameworks if name != "numpy"])
-    runners = {name: _Runner(get_backend(name, threads=threads), recipe) for name in backends}
+    fast = {name: (modes or {}).get(name) for name in backends}
+    runners = {
+        name: _Runner(get_backend(name, threads=threads, fast=fast[name]), recipe)
+        for name in backends
+    }
     reference = backends[0]
     result = LockstepResult.empty(backends, omp_wait_policy=policy)
+    result.fast = {name: runners[name].backend.fast for name in backends}
     loader = BatchLoader(train, recipe.batch_size, seed=recipe.seed, drop_last=recipe.drop_last)
     params = get_model_spec(recipe.model).init_params(recipe.seed)
     opt_state: dict[str, Any] | None = None

@@ -51,6 +51,7 @@ class BackendRun:
     seconds: float
     peak_rss_mb: float | None
     returncode: int = 0
+    fast: bool | None = None  # the compiled mode it trained in (its start record), if known
 
     @property
     def final(self) -> dict[str, Any]:

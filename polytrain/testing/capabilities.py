@@ -1,10 +1,12 @@
 """Optional capabilities of a backend, as the backend itself declares them, so the
 conformance suite skips (with the reason) what a backend does not claim instead of failing.
 
-* ``fp64``: :meth:`Backend.precision_support` says float64 works on the CPU, and the
+* ``fp64``: :meth:`Precision.precision_support` says float64 works on the CPU, and the
   plugin's :class:`~polytrain.backend.capabilities.Capabilities` list ``float64``.
-* ``layer_outputs``: the backend implements the optional verb
-  :meth:`Backend.layer_outputs` (the base class only refuses).
+* ``layer_outputs``, ``collectives``, ``native files``: the backend has the capability
+  (:class:`~polytrain.backend.inspection.Inspection`,
+  :class:`~polytrain.backend.collectives.Collectives`,
+  :class:`~polytrain.backend.native_io.NativeIO`: :mod:`polytrain.backend.discovery`).
 * ``in-place collectives``: the plugin declares ``in-place`` collectives (``allreduce``
   and ``broadcast`` change their tensors; a framework of immutable arrays declares only
   ``returned``: ``all_reduced``/``broadcasted``).
@@ -21,7 +23,11 @@ import pytest
 
 from polytrain.backend.base import Backend
 from polytrain.backend.capabilities import Capabilities
-from polytrain.backend.model import ModelVerbs
+from polytrain.backend.collectives import Collectives
+from polytrain.backend.discovery import Capability as CapabilityABC
+from polytrain.backend.inspection import Inspection
+from polytrain.backend.native_io import NativeIO
+from polytrain.backend.precision_verbs import precision_support
 from polytrain.neutral.models import Layer
 from polytrain.plugins.registry import registered_backends
 
@@ -44,17 +50,20 @@ def declared(backend: Backend) -> Capabilities:
 def _fp64_why_not(backend: Backend) -> str | None:
     if "float64" not in declared(backend).dtypes:
         return "its plugin's capabilities list no float64 dtype"
-    support = backend.precision_support(backend.device("cpu")).get("fp64")
+    support = precision_support(backend, backend.device("cpu")).get("fp64")
     if support is not None and support.supported:
         return None
     detail = support.detail if support is not None else "precision_support lists no fp64"
     return f"no float64 on the CPU ({detail})"
 
 
-def _layer_outputs_why_not(backend: Backend) -> str | None:
-    if type(backend).layer_outputs is ModelVerbs.layer_outputs:
-        return "the optional verb Backend.layer_outputs is not implemented"
-    return None
+def _has(kind: type[CapabilityABC], verbs: str) -> Callable[[Backend], str | None]:
+    def why_not(backend: Backend) -> str | None:
+        if kind.of(backend) is not None:
+            return None
+        return f"its class does not list {kind.__name__} ({verbs})"
+
+    return why_not
 
 
 def _declares(kind: str, value: str, what: str) -> Callable[[Backend], str | None]:
@@ -66,7 +75,9 @@ def _declares(kind: str, value: str, what: str) -> Callable[[Backend], str | Non
 
 
 FP64 = Capability("fp64", _fp64_why_not)
-LAYER_OUTPUTS = Capability("layer_outputs", _layer_outputs_why_not)
+LAYER_OUTPUTS = Capability("layer_outputs", _has(Inspection, "layer_outputs"))
+COLLECTIVES = Capability("collectives", _has(Collectives, "allreduce, broadcast..."))
+NATIVE_IO = Capability("native files", _has(NativeIO, "save_native, load_native"))
 INPLACE_COLLECTIVES = Capability(
     "in-place collectives",
     _declares("collectives", "in-place", "allreduce/broadcast do not change their tensors"),

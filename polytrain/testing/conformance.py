@@ -31,6 +31,9 @@ import numpy as np
 import pytest
 
 from polytrain.backend.base import Backend
+from polytrain.backend.collectives import Collectives
+from polytrain.backend.inspection import Inspection
+from polytrain.backend.native_io import NativeIO
 from polytrain.errors import BackendError, CheckpointError, ConfigError
 from polytrain.neutral import reference
 from polytrain.neutral.models import (
@@ -50,10 +53,12 @@ from polytrain.neutral.models import (
 from polytrain.neutral.optim import OPTIMIZERS, OptimizerConfig, numpy_step
 from polytrain.plugins.registry import get_backend, installed_backends
 from polytrain.testing.capabilities import (
+    COLLECTIVES,
     EMULATED_DEVICES,
     FP64,
     INPLACE_COLLECTIVES,
     LAYER_OUTPUTS,
+    NATIVE_IO,
     require,
     require_layers,
 )
@@ -218,39 +223,44 @@ class BackendConformance:
 
     @pytest.mark.parametrize("op", ["sum", "mean"])
     def test_all_reduced(self, backend: Backend, op: str) -> None:
-        """The collective every backend has: the results returned, one per device."""
+        """The collective every backend with collectives has: the results returned, one
+        per device."""
         require(backend, EMULATED_DEVICES)
+        require(backend, COLLECTIVES)
+        collectives = Collectives.required(backend, "test_all_reduced")
         devs = backend.devices("cpu:3")
         tensors = [backend.to_tensor(np.full((2, 3), i + 1, np.float32), d)
                    for i, d in enumerate(devs)]  # fmt: skip
-        got = backend.all_reduced(tensors, op)
+        got = collectives.all_reduced(tensors, op)
         want = np.full((2, 3), 6.0 if op == "sum" else 2.0, np.float32)
         assert len(got) == 3
         for t in got:
             np.testing.assert_allclose(backend.to_numpy(t), want, rtol=0, atol=1e-6)
         tensors = [backend.to_tensor(np.full((2, 3), i, np.float32), d) for i, d in enumerate(devs)]
-        shares = backend.broadcasted(tensors, src=2)
+        shares = collectives.broadcasted(tensors, src=2)
         for t in shares:
             np.testing.assert_array_equal(backend.to_numpy(t), np.full((2, 3), 2, np.float32))
 
     @pytest.mark.parametrize("op", ["sum", "mean"])
     def test_allreduce(self, backend: Backend, op: str) -> None:
         require(backend, EMULATED_DEVICES)
+        require(backend, COLLECTIVES)
         require(backend, INPLACE_COLLECTIVES)
         devs = backend.devices("cpu:3")
         arrays = [np.full((2, 3), i + 1, np.float32) for i in range(3)]
         tensors = [backend.to_tensor(a, d) for a, d in zip(arrays, devs, strict=True)]
-        backend.allreduce(tensors, op)
+        Collectives.required(backend, "test_allreduce").allreduce(tensors, op)
         want = np.full((2, 3), 6.0 if op == "sum" else 2.0, np.float32)
         for t in tensors:
             np.testing.assert_allclose(backend.to_numpy(t), want, rtol=0, atol=1e-6)
 
     def test_broadcast(self, backend: Backend) -> None:
         require(backend, EMULATED_DEVICES)
+        require(backend, COLLECTIVES)
         require(backend, INPLACE_COLLECTIVES)
         devs = backend.devices("cpu:3")
         tensors = [backend.to_tensor(np.full(4, i, np.float32), d) for i, d in enumerate(devs)]
-        backend.broadcast(tensors, src=1)
+        Collectives.required(backend, "test_broadcast").broadcast(tensors, src=1)
         for t in tensors:
             np.testing.assert_array_equal(backend.to_numpy(t), np.ones(4, np.float32))
 
@@ -607,7 +617,8 @@ class BackendConformance:
         params = spec.init_params(seed=2)
         backend.set_params(model, params)
         x, _ = batch(spec, 3)
-        outputs = dict(backend.layer_outputs(model, backend.to_tensor(x)))
+        inspection = Inspection.required(backend, "test_layer_outputs_follow_the_forward")
+        outputs = dict(inspection.layer_outputs(model, backend.to_tensor(x)))
         assert list(outputs) == [name for name, _ in spec.net.layers]
         h = x.astype(np.float64)
         for name, layer in spec.net.layers:
@@ -617,13 +628,15 @@ class BackendConformance:
     # -- native files ------------------------------------------------------------------------
 
     def test_native_save_load(self, backend: Backend, tmp_path: Any) -> None:
+        require(backend, NATIVE_IO)
+        native = NativeIO.required(backend, "test_native_save_load")
         spec = get_model_spec("lenet")
         a, b = backend.build_model(spec), backend.build_model(spec)
         params = spec.init_params(seed=9)
         backend.set_params(a, params)
-        path = str(tmp_path / f"model{backend.native_suffix}")
-        backend.save_native(a, path)
-        backend.load_native(b, path)
+        path = str(tmp_path / f"model{native.native_suffix}")
+        native.save_native(a, path)
+        native.load_native(b, path)
         for k, v in backend.get_params(b).items():
             np.testing.assert_array_equal(v, params[k], err_msg=k)
-        assert [p.name for p in tmp_path.iterdir()] == [f"model{backend.native_suffix}"]
+        assert [p.name for p in tmp_path.iterdir()] == [f"model{native.native_suffix}"]

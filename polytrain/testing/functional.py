@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from polytrain.backend.base import Backend, Device
+from polytrain.backend.collectives import Collectives
 from polytrain.backend.functional import FunctionalOps, Tensor
 from polytrain.neutral import reference
 from polytrain.neutral.models import get_model_spec
@@ -93,9 +94,10 @@ def scratch_train_batch(
         ]
     for loss in losses:
         backend.backward(loss)
+    collectives = Collectives.required(backend, "d2l's multi-device scratch program")
     with ops.no_grad():
         for i in range(len(device_params[0])):
-            backend.allreduce([ops.grad(params[i]) for params in device_params], "sum")
+            collectives.allreduce([ops.grad(params[i]) for params in device_params], "sum")
     for params in device_params:
         ops.sgd_(params, lr, len(x))
 
@@ -231,7 +233,8 @@ class FunctionalConformance:
         t = backend.to_tensor(a, devs[0])
         for dev in devs:  # the same device too: an emulated copy must not share memory
             c = ops.copy_to(t, dev)  # reduced in place where the backend can (the default)
-            (c, _) = backend.all_reduced([c, backend.to_tensor(np.ones(3, np.float32), dev)], "sum")
+            ones = backend.to_tensor(np.ones(3, np.float32), dev)
+            (c, _) = Collectives.required(backend, "this test").all_reduced([c, ones], "sum")
             np.testing.assert_allclose(backend.to_numpy(c), a + 1, atol=1e-6)
             np.testing.assert_array_equal(backend.to_numpy(t), a)
 

@@ -15,6 +15,7 @@ from typing import Any, NoReturn, Protocol
 import numpy as np
 
 from polytrain.backend.base import Backend, Model
+from polytrain.backend.collectives import sum_over_processes
 from polytrain.errors import ConfigError, DivergedError, NonFiniteLossError, PolytrainError
 from polytrain.io.checkpoint import (
     MANIFEST_FILE,
@@ -136,7 +137,7 @@ class RunCheckpoints:
         elif self.out_dir is None:
             problem = tensor_problem(backend.get_params(self.run.model))
         if backend.world_size > 1:
-            (bad,) = backend.allreduce_numbers([float(problem is not None)])
+            (bad,) = sum_over_processes(backend, [float(problem is not None)])
             if bad and problem is None:
                 problem = Problem("NaN/Inf in the state rank 0 checked", non_finite=True)
         if problem is not None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from polytrain.backend.base import Backend
+from polytrain.backend.compilation import Compilation
 from polytrain.backend.identity import CompileProfile
 from polytrain.backend.precision import param_dtype
 from polytrain.neutral.models import ModelSpec, lenet
@@ -114,11 +115,12 @@ def choose_compile(
 ) -> CompileChoice:
     """:func:`decide_compile` with the backend's profile and cache state for this model."""
     fingerprint = model_fingerprint(spec, dtype, batch_shape)
-    if backend.compiled_mode is None:
+    compilation = Compilation.of(backend)
+    if compilation is None:
         asked = "--fast asked, but " if requested else ""
         return CompileChoice(False, f"{asked}{backend.name} has no compiled mode", fingerprint)
-    profile = backend.compile_profile()
-    warm = profile is not None and backend.compile_cache_warm(fingerprint)
+    profile = compilation.compile_profile()
+    warm = profile is not None and compilation.compile_cache_warm(fingerprint)
     choice = decide_compile(
         requested, fast_default=backend.fast_default, profile=profile, plan=plan, warm=warm
     )

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from polytrain.backend.base import Backend
+from polytrain.backend.collectives import sum_over_processes
 from polytrain.data import ArrayDataset
 from polytrain.neutral.sharding import share_bounds
 from polytrain.training.data import Datasets
@@ -103,8 +104,8 @@ def evaluate_split(
         metric_sum += c
         seen += m
     asks = [float(asked == signal.SIGTERM), float(asked == signal.SIGINT)]
-    metric_sum, loss_sum, seen_all, terms, ints = b.allreduce_numbers(
-        [metric_sum, loss_sum, seen, *asks]
+    metric_sum, loss_sum, seen_all, terms, ints = sum_over_processes(
+        b, [metric_sum, loss_sum, seen, *asks]
     )
     asked = signal.SIGTERM if terms else signal.SIGINT if ints else 0
     n = round(seen_all)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from polytrain.backend.base import Backend, Model
+from polytrain.backend.inspection import Inspection
 from polytrain.errors import ConfigError
 
 
@@ -71,11 +72,15 @@ class StepInspector:
     def __init__(self, steps: str | None, backend: Backend, model: Model, device: Any) -> None:
         self.chosen = parse_steps(steps)
         self.backend, self.model, self.device = backend, model, device
+        self.inspection = Inspection.of(backend)  # None: no layer outputs to name
+        if self.chosen is not None:
+            Inspection.required(backend, f"--inspect {steps}")
 
     def layer_outputs(self, x: np.ndarray) -> list[tuple[str, np.ndarray]]:
         """Per-layer outputs of replica 0 (on ``device``) for this process's batch (eval
         mode, the weights before the step)."""
-        return self.backend.layer_outputs(self.model, self.backend.to_tensor(x, self.device))
+        inspection = self.inspection or Inspection.required(self.backend, "per-layer outputs")
+        return inspection.layer_outputs(self.model, self.backend.to_tensor(x, self.device))
 
     def before_step(self, global_step: int, x: np.ndarray) -> list[tuple[str, np.ndarray]] | None:
         """The layer outputs of ``x`` when step ``global_step`` (1-based) is inspected."""

@@ -29,9 +29,12 @@ from typing import Any, cast
 
 import numpy as np
 
-from polytrain.backend.base import Backend, Device, Model, Tensor
+from polytrain.backend.base import CAPABILITIES, Backend, Device, Model, Tensor
+from polytrain.backend.collectives import Collectives
 from polytrain.backend.devices import DeviceSeq
+from polytrain.backend.discovery import Capability
 from polytrain.backend.mismatch import compare_names
+from polytrain.backend.precision_verbs import Precision
 from polytrain.errors import BackendError, ConfigError
 from polytrain.neutral.models import ModelSpec, Sequential
 from polytrain.neutral.optim import Optimizer, OptimizerConfig
@@ -70,7 +73,18 @@ def pipeline_backend(backend: Backend, split: int) -> Backend:
             f"Backend {backend.name!r} cannot move activations between devices (no copy_to), "
             "so it cannot split a model: drop --pipeline-split."
         )
-    return cast(Backend, PipelineBackend(backend, split))
+    kinds = tuple(kind for kind in CAPABILITIES if isinstance(backend, kind))
+    return cast(Backend, pipeline_class(kinds)(backend, split))
+
+
+@functools.cache
+def pipeline_class(kinds: tuple[type[Capability], ...]) -> type[PipelineBackend]:
+    """:class:`PipelineBackend`, registered as the capabilities ``kinds`` (those of the
+    backend it wraps), so the core finds them on the wrapper as on that backend."""
+    cls = type("PipelineBackend", (PipelineBackend,), {})
+    for kind in kinds:
+        kind.register(cls)
+    return cls
 
 
 class PipelineBackend:
@@ -171,11 +185,13 @@ class PipelineBackend:
         return [g for stage in model.stages for g in self.inner.replica_gradients(stage)]
 
     def sync_gradients(self, model: PipelineModel) -> None:
+        inner = cast(Collectives, self.inner)  # registered as Collectives only if it is
         for stage in model.stages:  # across processes; each stage has one device
-            self.inner.sync_gradients(stage)
+            inner.sync_gradients(stage)
 
     def unscale_gradients(self, model: PipelineModel, inv_scale: float) -> bool:
-        finite = [self.inner.unscale_gradients(stage, inv_scale) for stage in model.stages]
+        inner = cast(Precision, self.inner)  # registered as Precision only if it is
+        finite = [inner.unscale_gradients(stage, inv_scale) for stage in model.stages]
         return all(finite)
 
     def scale_gradients(self, model: PipelineModel, factor: float) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from polytrain.backend.base import Backend, Model
+from polytrain.backend.collectives import Collectives
 from polytrain.backend.precision import param_dtype
 from polytrain.errors import ConfigError, ShapeError
 from polytrain.neutral.dropout_masks import ParityMasks
@@ -99,7 +100,25 @@ class StepRunner:
                 f"{param_dtype(precision)!r}; this one was built in {model.dtype}."
             )
         self.mixed_precision = MixedPrecision(backend, precision, model.devices)
+        self._collectives = self._find_collectives()
         self._input_dtype = np.dtype(model.dtype)  # batches are cast to the model's dtype
+
+    def _find_collectives(self) -> Collectives | None:
+        """The backend's collectives (found once, here); a model on several devices, or
+        several processes, needs them."""
+        b, devices = self.backend, self.model.devices
+        if len(devices) > 1:
+            names = ", ".join(b.device_name(d) for d in devices)
+            return Collectives.required(b, f"training on {len(devices)} devices ({names})")
+        if b.world_size > 1:
+            return Collectives.required(b, f"training in {b.world_size} processes")
+        return Collectives.of(b)
+
+    def _sum_numbers(self, values: list[float]) -> list[float]:
+        """Host numbers summed over the processes (several only with collectives)."""
+        if self._collectives is None:
+            return [float(v) for v in values]
+        return self._collectives.allreduce_numbers(values)
 
     @contextlib.contextmanager
     def _shapes_explained(self, x: np.ndarray) -> Iterator[None]:
@@ -145,14 +164,15 @@ class StepRunner:
             losses, metric_sums, replicas = self._forward_backward(x, y, denominator)
         if one_backward:
             self.optimizer.gradients_done()
-        b.sync_gradients(model)
+        if self._collectives is not None:  # else one device in one process: nothing to sum
+            self._collectives.sync_gradients(model)
         loss_sum = sum(float(b.to_numpy(v)) for v in losses)
         held = self.metrics_every > 1 and not any(isinstance(v, float) for v in metric_sums)
         summed = 0 if held else self._metric_total(metric_sums, self._counts(y))
         total = len(x)
         if b.world_size > 1:  # report the global batch, as one process would
             asks = [float(stop_signal == signal.SIGTERM), float(stop_signal == signal.SIGINT)]
-            loss_sum, all_summed, all_total, terms, ints = b.allreduce_numbers(
+            loss_sum, all_summed, all_total, terms, ints = self._sum_numbers(
                 [loss_sum, summed, len(x), *asks]
             )
             summed = round(all_summed) if self._counts(y) else all_summed
@@ -193,7 +213,7 @@ class StepRunner:
         count = self._metric_total(sums, counts=True)
         self._held, self._held_steps, self._held_samples = {}, 0, 0
         if self.backend.world_size > 1:
-            (count,) = self.backend.allreduce_numbers([count])
+            (count,) = self._sum_numbers([count])
         return round(count)
 
     def _forward_backward(

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from polytrain.backend.base import Backend
+from polytrain.backend.collectives import Collectives, leave_processes
 from polytrain.data import ArrayDataset
 from polytrain.distributed.cluster import resolve as resolve_cluster
 from polytrain.distributed.watchdog import Watchdog
@@ -108,11 +109,13 @@ class Trainer:
         self.devices = self.backend.devices(recipe.devices, cluster=self.cluster)  # gpu: rank's
         self.watchdog: Watchdog | None = None
         if self.cluster.is_distributed:
-            self.backend.init_distributed(self.cluster, self.devices, self.options.timeout)
+            job = f"a distributed job ({self.cluster.world_size} processes)"
+            collectives = Collectives.required(self.backend, job)
+            collectives.init_distributed(self.cluster, self.devices, self.options.timeout)
         try:  # a rank that fails after joining must leave, or its peers wait for it
             self._build_training(auto_compile=not isinstance(backend, Backend))
         except BaseException:
-            self.backend.shutdown_distributed()
+            leave_processes(self.backend)
             raise
 
     def _build_training(self, *, auto_compile: bool) -> None:
@@ -312,7 +315,7 @@ def leave_job(backend: Backend, watchdog: Watchdog | None) -> None:
     try:
         if watchdog is not None:
             watchdog.feed(f"{watchdog.where}, while leaving the job")
-        backend.shutdown_distributed()
+        leave_processes(backend)
     finally:
         if watchdog is not None:
             watchdog.stop()

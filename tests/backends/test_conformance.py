@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 import pytest
 from marks import slow
+from toy_backends import core_verbs, toy_backend
 
 from polytrain import get_backend
 from polytrain.backend.base import Backend
-from polytrain.backend.model import ModelVerbs
 from polytrain.backend.precision import PrecisionSupport
 from polytrain.neutral import reference, reference_grad
 from polytrain.testing import BackendConformance
@@ -91,8 +91,9 @@ def test_a_backend_whose_conv_weights_get_no_gradient_fails(
 
 
 def test_undeclared_capabilities_skip_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A backend that declares no float64 (precision_support) and does not implement
-    layer_outputs gets those tests skipped, each naming why, instead of failed."""
+    """A backend that declares no float64 (precision_support), and one without the
+    Inspection, Collectives and NativeIO capabilities, get those tests skipped, each
+    naming why, instead of failed."""
     backend = get_backend("numpy")
     declared = type(backend).precision_support
 
@@ -102,12 +103,16 @@ def test_undeclared_capabilities_skip_with_the_reason(monkeypatch: pytest.Monkey
         return support
 
     monkeypatch.setattr(type(backend), "precision_support", without_fp64)
-    monkeypatch.setattr(type(backend), "layer_outputs", ModelVerbs.layer_outputs)
     suite = BackendConformance()
     fp64 = "does not declare fp64: no float64 on the CPU \\(not built with float64 kernels\\)"
     with pytest.raises(pytest.skip.Exception, match=fp64):
         suite.test_float64_forward_matches_numpy(backend, "lenet")
     with pytest.raises(pytest.skip.Exception, match=fp64):
         suite.test_float64_layer_forward_and_backward(backend, LAYER_CASES[0])
+    core_only = toy_backend(core_verbs())
     with pytest.raises(pytest.skip.Exception, match="does not declare layer_outputs"):
-        suite.test_layer_outputs_follow_the_forward(backend)
+        suite.test_layer_outputs_follow_the_forward(core_only)
+    with pytest.raises(pytest.skip.Exception, match="does not declare collectives"):
+        suite.test_broadcast(core_only)
+    with pytest.raises(pytest.skip.Exception, match="does not declare native files"):
+        suite.test_native_save_load(core_only, None)

@@ -1,19 +1,19 @@
 """docs/backends.md's checklist is the contract: its required verbs are exactly the
-abstract ones of ``Backend``, and a toy backend made of those verbs alone (each one handed
-to the numpy backend) builds and passes part of the conformance suite and a training step."""
+abstract ones of ``Backend`` (the required core), and a toy backend made of those verbs
+alone (each one handed to the numpy backend) builds and passes part of the conformance
+suite and a training step; with the ``Collectives`` capability listed, on two devices."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
+import toy_backends
 
 from polytrain import get_backend
-from polytrain.backend.base import Backend, BackendOptions
+from polytrain.backend.base import Backend, Collectives
 from polytrain.neutral.models import get_model_spec
 from polytrain.neutral.optim import OptimizerConfig
 from polytrain.testing.conformance import BackendConformance, batch
@@ -29,16 +29,12 @@ def checklist_verbs() -> list[str]:
     return re.findall(r"^- `(\w+)`$", text, flags=re.MULTILINE)
 
 
-def toy_backend(verbs: list[str]) -> Backend:
-    """A backend class with only ``verbs``, each handed to a numpy backend."""
-    inner = get_backend("numpy")
-
-    def handed(verb: str) -> Callable[..., Any]:
-        return lambda self, *args, **kwargs: getattr(inner, verb)(*args, **kwargs)
-
-    namespace: dict[str, Any] = {"name": "toy", "framework": "numpy", "native_suffix": ".npz"}
-    toy = type("ToyBackend", (Backend,), namespace | {v: handed(v) for v in verbs})
-    return toy(BackendOptions())  # type: ignore[no-any-return]
+def toy_backend(verbs: list[str], collectives: bool = False) -> Backend:
+    """A backend class with only ``verbs`` (and, with ``collectives``, that capability
+    and its two verbs), each handed to a numpy backend."""
+    if collectives:
+        return toy_backends.toy_backend(verbs + toy_backends.COLLECTIVE_VERBS, (Collectives,))
+    return toy_backends.toy_backend(verbs)
 
 
 def test_the_checklist_is_the_abstract_verbs() -> None:
@@ -55,16 +51,18 @@ def test_a_toy_backend_from_the_checklist_conforms() -> None:
     suite.test_forward_matches_numpy(backend, "lenet")
     suite.test_gradients_match_numpy(backend)
     suite.test_optimizer_matches_numpy(backend, "adam")
-    suite.test_all_reduced(backend, "sum")
     suite.test_layer_forward_and_backward(backend, next(c for c in LAYER_CASES if c.id == "conv"))
+    with pytest.raises(pytest.skip.Exception, match="does not list Collectives"):
+        suite.test_all_reduced(backend, "sum")
+    suite.test_all_reduced(toy_backend(checklist_verbs(), collectives=True), "sum")
 
 
 def test_a_toy_backend_trains_as_its_framework_does() -> None:
     """The step verb's default (built from the checklist's verbs) gives the numpy
-    backend's own step on two devices."""
+    backend's own step on two devices (summed by the Collectives' default)."""
     spec = get_model_spec("mlp")
     results = []
-    for backend in (toy_backend(checklist_verbs()), get_backend("numpy")):
+    for backend in (toy_backend(checklist_verbs(), collectives=True), get_backend("numpy")):
         model = backend.build_model(spec, backend.devices("cpu:2"))
         backend.set_params(model, spec.init_params(seed=2))
         opt = backend.make_optimizer(model, OptimizerConfig(name="momentum", lr=0.1))
@@ -86,7 +84,7 @@ def test_what_a_plugin_does_not_declare_is_skipped_with_the_reason(
     from polytrain.plugins.info import BackendInfo
     from polytrain.testing import capabilities
 
-    backend = toy_backend(checklist_verbs())
+    backend = toy_backend(checklist_verbs(), collectives=True)
     suite = BackendConformance()
     lstm = next(c for c in LAYER_CASES if c.id == "lstm")
     no_lstm = tuple(n for n in Capabilities().layers if n != "LSTM")

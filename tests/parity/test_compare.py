@@ -61,6 +61,11 @@ def test_lockstep_steps_agree_closely(report: tuple[int, Path]) -> None:
         assert lock is None
         return
     assert lock["steps"] == 8  # the free runs' steps, not --parity-steps 20
+    runs = json.loads((out / "comparison.json").read_text())["runs"]
+    # each backend steps in the mode its free run trained in (Paddle: its static graph)
+    assert {r["backend"]: r["fast"] for r in runs} == lock["fast"]
+    if "paddle" in lock["fast"]:
+        assert lock["fast"]["paddle"] is True
     for name, worst in lock["worst"].items():
         assert worst["loss"] < 1e-5, name
         assert worst["params"] < 1e-5, name

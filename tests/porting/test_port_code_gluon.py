@@ -44,6 +44,16 @@ HEADER = (
     "from mxnet.gluon import loss as gloss\n"
     "from mxnet.gluon import rnn\n"
 )
+NP_HEADER = "from mxnet import np, npx\n"  # the examples of MXNet's numpy interface
+
+
+def header(entry: Entry) -> str:
+    """The imports an entry's example runs under: MXNet's np and npx for their entries (the
+    table's data holds no import of a framework)."""
+    numpy_api = entry.source.startswith(("mxnet.np.", "mxnet.npx."))
+    return HEADER + NP_HEADER if numpy_api else HEADER
+
+
 TRAIN_LOOP = """
 for _ in range(3):
     with autograd.record():
@@ -96,7 +106,7 @@ def _torch_float64() -> Iterator[None]:
 
 def converted_example(entry: Entry, code: str) -> str:
     """The tool's PyTorch code of an example; no use may be left marked."""
-    result = convert_source(HEADER + code, entry.source)
+    result = convert_source(header(entry) + code, entry.source)
     left = [u for u in result.report.uses if not u.converted]
     assert not left, f"{entry.source}: left unconverted: {left}\n{result.code}"
     names = _names(result.code)  # a path or address may name MXNet's folder
@@ -244,12 +254,12 @@ def check_program(entry: Entry, code: str, arrays: dict[str, np.ndarray], tmp: P
         src_ns["net"], tgt_ns["net"], pairs = _net_pair()
     if entry.check == "loaded":
         src_ns["path"], tgt_ns["path"] = _saved_pair(tmp)
-    program = HEADER + entry.example + (TRAIN_LOOP if entry.check == "optimizer" else "")
+    program = header(entry) + entry.example + (TRAIN_LOOP if entry.check == "optimizer" else "")
     if entry.check == "value":
         with autograd.record():
-            exec(HEADER + entry.stand_in if entry.stand_in else program, src_ns)
+            exec(header(entry) + entry.stand_in if entry.stand_in else program, src_ns)
     else:
-        exec(HEADER + entry.stand_in if entry.stand_in else program, src_ns)
+        exec(header(entry) + entry.stand_in if entry.stand_in else program, src_ns)
     exec(code, tgt_ns)
     if entry.check == "loaded":
         x = np.random.default_rng(entry_seed(entry)).standard_normal((2, 3)).astype(np.float32)
@@ -440,3 +450,23 @@ def test_a_method_of_an_object_another_module_made_is_left_alone() -> None:
     result = convert_source(source)
     assert "env.step(0)" in result.code and "# polytrain" not in result.code
     assert all(u.converted for u in result.report.uses)
+
+
+# ---- MXNet's numpy interface (issue 36): `np` is MXNet's only where imported from mxnet -----
+
+NP_USES = "x = np.array([1, 2])\ny = np.zeros(3, dtype=np.int32)\nisinstance(x, np.ndarray)\n"
+
+
+def test_mxnet_np_is_converted_where_the_file_imports_it_from_mxnet() -> None:
+    result = convert_source("from mxnet import np, npx\n" + NP_USES, "d2l.py")
+    assert "x = mxnp_array([1, 2])" in result.code
+    assert "torch.zeros(3, dtype=torch.int32)" in result.code
+    assert "isinstance(x, torch.Tensor)" in result.code
+    assert all(u.converted for u in result.report.uses), result.report.uses
+
+
+def test_numpy_imported_as_np_is_left_as_numpy() -> None:
+    source = "import numpy as np\nfrom mxnet import nd\n" + NP_USES + "z = nd.ones(3)\n"
+    result = convert_source(source, "plain.py")
+    assert NP_USES in result.code and "mxnp_array" not in result.code
+    assert [u.api for u in result.report.uses] == ["mxnet.nd.ones"]

@@ -21,6 +21,7 @@ import libcst as cst
 from polytrain.porting.code.table import ANY, Arg, Entry, literal
 
 TYPE_INT, TYPE_LIST = "<int>", "<list>"  # target_by keys matching a kind of literal
+TYPE_VALUE = "<value>"  # a target_by key matching a value that is not a literal (a name)
 STDLIB = ("math", "os", "types")  # modules the table's code may name: imported where it does
 
 NO_SPACE = cst.AssignEqual(
@@ -172,10 +173,12 @@ def _target(entry: Entry, bound: list[_Bound]) -> tuple[str, str | None]:
     is_literal, value = _value(given.node.value)
     display = isinstance(given.node.value, cst.List | cst.Tuple)  # ``[a, b]``: a list
     for key, target in choices.items():
-        if key != ANY and is_literal and _matches(value, key):
+        if key not in (ANY, TYPE_VALUE) and is_literal and _matches(value, key):
             return target, consumed
         if key == TYPE_LIST and display:
             return target, consumed
+    if not is_literal and TYPE_VALUE in choices:
+        return choices[TYPE_VALUE], consumed
     if ANY in choices:
         return choices[ANY], consumed
     spec = entry.arg(name)
@@ -357,12 +360,14 @@ def convert_arguments(  # noqa: C901 - one step per rule of a mapping entry, in 
 
 
 def _around(spec: Arg, node: cst.Arg) -> bool:
-    """The value goes to the argument's ``around`` helper: given, not dropped, not a
-    literal (a literal is dropped, converted or marked as the argument says: the helper is
-    for a value only known when the code runs)."""
+    """The value goes to the argument's ``around`` helper: given, not dropped, and not a
+    literal where the argument is also passed on or says ``why`` other literals cannot be
+    converted (those are marked: Paddle's ``data_format='NHWC'``)."""
     if not spec.around:
         return False
-    if _value(node.value)[0]:
+    is_literal, value = _value(node.value)
+    dropped = any(_same(value, literal(d)) for d in spec.drop)
+    if is_literal and (spec.to is not None or dropped or spec.why):
         return False
     return ANY not in spec.drop
 

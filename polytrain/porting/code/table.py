@@ -57,7 +57,8 @@ class Arg:
     the made object is passed to with the value, ``helper(made, value)``, where the value is
     given and not dropped (an optimizer's ``grad_clip``); an argument that is also passed
     on (``to``) goes through it only where it is not a literal (a learning rate that may be
-    a schedule)."""
+    a schedule), and one with a ``why`` too (a literal other than those dropped is marked:
+    ``data_format='NHWC'``; a variable is checked by the helper when the code runs)."""
 
     name: str
     to: str | None = ""
@@ -115,7 +116,9 @@ class Entry:
     ``net.initialize()`` in Gluon): converted on the object. ``kind = "attribute"``: a
     method-table name read without a call (``y.size``), replaced by ``target`` with
     ``$self`` the object. ``value``: what a call entry's API becomes where it is used as
-    a value, not called (``func=mx.nd.zeros``: ``torch.zeros``)."""
+    a value, not called (``func=mx.nd.zeros``: ``torch.zeros``). ``subclass_kwargs``: the
+    helper a class derived from this one gives the keyword arguments of its
+    ``super().__init__(...)`` to (Gluon's ``prefix=``: blocks.py)."""
 
     source: str
     target: str
@@ -141,6 +144,7 @@ class Entry:
     called: str = ""
     through: str = ""
     value: str = ""
+    subclass_kwargs: str = ""
 
     @property
     def is_method(self) -> bool:
@@ -271,6 +275,7 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
         called=raw.get("called", ""),
         through=raw.get("through", ""),
         value=raw.get("value", ""),
+        subclass_kwargs=raw.get("subclass_kwargs", ""),
     )
 
 
@@ -313,6 +318,8 @@ def load_framework(path: Path) -> Framework:
     for entry in (*entries.values(), *methods.values()):
         if entry.unpaired and entry.unpaired not in helpers:
             raise ConfigError(f"{path.name}: {entry.source}: no helper {entry.unpaired}.")
+        if entry.subclass_kwargs and entry.subclass_kwargs not in helpers:
+            raise ConfigError(f"{path.name}: {entry.source}: no helper {entry.subclass_kwargs}.")
     return Framework(
         name=head["name"],
         root=head["root"],

@@ -19,7 +19,7 @@ from libcst.metadata import (
     QualifiedNameSource,
 )
 
-from polytrain.porting.code import hybrid, layer_self
+from polytrain.porting.code import blocks, hybrid, layer_self
 from polytrain.porting.code.arguments import NO_SPACE, NotConverted, code, convert_arguments
 from polytrain.porting.code.report import Use
 from polytrain.porting.code.table import Entry, Framework
@@ -96,6 +96,8 @@ class PortTransformer(cst.CSTTransformer):
         self._removed: set[cst.CSTNode] = set()
         self.helpers: dict[str, str] = {}  # table helpers the converted code calls: name -> code
         self._hybrid = hybrid.Hybrid()  # Gluon's hybrid_forward(self, F, ...) (visit_Module)
+        self._blocks = blocks.Blocks()  # super().__init__(**kwargs) of blocks (visit_Module)
+        self._filled: set[cst.Call] = set()  # ``out.add(nn.Conv2D(...))``, out a parameter
         self._layers: set[cst.ClassDef] = set()  # classes derived from a layer (visit_Module)
 
     # -- lookups ------------------------------------------------------------------------
@@ -160,6 +162,8 @@ class PortTransformer(cst.CSTTransformer):
                 self.needs_root.add(fw.target_root)
             if text in fw.helpers:
                 self._helper(fw, text)
+            elif "(" in text:  # a target through a helper: ``gluon_deferred(...)``
+                self._helpers_named(fw, text)
         return cst.parse_expression(text)
 
     def _helper(self, fw: Framework, name: str) -> None:
@@ -243,6 +247,9 @@ class PortTransformer(cst.CSTTransformer):
             self._left(bare, self._hybrid.param, hybrid.PASSED_ON)
         for getter in self._hybrid.getters:
             self._left(getter, "Block.params.get", hybrid.PARAMETER)
+        self._blocks = blocks.find(node, self._subclass_kwargs)
+        fills = {m[1:] for f in self.imported for m, e in f.methods.items() if e.receivers}
+        self._filled = blocks.filled(node, fills, self._makes_block)
         self._find_receivers(node)
         bases = {c for fw in self.imported for c in fw.layer_classes}
         self._layers = layer_self.layer_classes(node, self._qualified, bases)
@@ -264,13 +271,24 @@ class PortTransformer(cst.CSTTransformer):
                 if len(node.targets) != 1 or not isinstance(node.value, cst.Call):
                     return
                 found = outer._resolve(node.value.func)
-                target = code(node.targets[0].target).strip()
+                target = outer._receiver_key(node.targets[0].target)
                 if found is not None:
                     outer._made_by[target] = found.name
                 elif outer._foreign(node.value.func):  # ``env = gym.make(...)``
                     outer._made_by[target] = FOREIGN
 
         module.visit(Finder())
+
+    def _receiver_key(self, node: cst.CSTNode) -> str:
+        """``node``'s code, ``self.x`` qualified by its class: two classes'
+        ``self.downsample`` are two objects (a Sequential in one, a Conv2D in the other)."""
+        text = code(node).strip()
+        current = self.get_metadata(ParentNodeProvider, node, None)
+        while text.startswith("self.") and current is not None:
+            if isinstance(current, cst.ClassDef):
+                return f"{current.name.value}:{text}"
+            current = self.get_metadata(ParentNodeProvider, current, None)
+        return text
 
     def _qualified(self, node: cst.BaseExpression) -> str | None:
         found = self._resolve(node)
@@ -282,7 +300,7 @@ class PortTransformer(cst.CSTTransformer):
     def _receiver_api(self, receiver: cst.BaseExpression) -> str | None:
         """The API whose call made ``receiver``; ``self`` of a layer class: the first of
         its framework's ``layer_classes`` (``paddle.nn.Layer``)."""
-        made_by = self._made_by.get(code(receiver).strip())
+        made_by = self._made_by.get(self._receiver_key(receiver))
         name = receiver if isinstance(receiver, cst.Name) and made_by is None else None
         if name is not None and layer_self.self_of_layer(name, self._parent, self._layers):
             return next(fw.layer_classes[0] for fw in self.imported if fw.layer_classes)
@@ -370,7 +388,23 @@ class PortTransformer(cst.CSTTransformer):
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         updated = self._hybrid.leave_call(original, updated)  # F passed on: dropped
+        made = self._blocks.leave_call(original, updated)  # a block's super().__init__
+        if made is not updated:
+            self._full(self._blocks.calls[original])  # the helper defined
+        updated = made
         return self._grouped(original, self._converted_call(original, updated))
+
+    def _makes_block(self, call: cst.Call) -> bool:
+        """``call`` makes a framework layer (its target in the module of the sequential)."""
+        found = self._resolve(call.func)
+        entry = found.framework.entries.get(found.name) if found else None
+        home = found.framework.sequential.rpartition(".")[0] if found else ""
+        return entry is not None and bool(home) and entry.target.startswith(home + ".")
+
+    def _subclass_kwargs(self, base: cst.BaseExpression) -> str:
+        found = self._resolve(base)
+        entry = found.framework.entries.get(found.name) if found else None
+        return entry.subclass_kwargs if entry else ""
 
     def leave_FunctionDef(
         self, original: cst.FunctionDef, updated: cst.FunctionDef
@@ -408,7 +442,7 @@ class PortTransformer(cst.CSTTransformer):
 
     def _made_entry(self, func: cst.BaseExpression) -> Entry | None:
         """The entry of the API whose call made the object ``func`` names in the module."""
-        api = self._made_by.get(code(func).strip())
+        api = self._made_by.get(self._receiver_key(func))
         if api is None:
             return None
         fw = framework_of(api, self.tables)
@@ -557,7 +591,7 @@ class PortTransformer(cst.CSTTransformer):
         assert isinstance(original.func, cst.Attribute) and isinstance(updated.func, cst.Attribute)
         if entry.receivers:
             made_by = self._receiver_api(original.func.value)
-            if made_by not in entry.receivers:
+            if made_by not in entry.receivers and original not in self._filled:
                 if entry.unknown_receiver and made_by != FOREIGN:
                     self._left(original, api, entry.unknown_receiver)
                 return updated
@@ -690,7 +724,7 @@ class PortTransformer(cst.CSTTransformer):
         """``linear.weight`` of a layer made here whose weight is the PyTorch layer's
         transpose (Paddle's Linear: [in, out]; PyTorch's: [out, in]): marked, the layout
         being what the use decides (a product wants ``.T``, an initializer the tensor)."""
-        api = self._made_by.get(code(node.value).strip())
+        api = self._made_by.get(self._receiver_key(node.value))
         if api is not None and any(api in fw.transposed for fw in self.imported):
             self._left(node, f"{api}.weight", TRANSPOSED)
 
