@@ -29,6 +29,8 @@ def _metric_text(value: float, counts: bool) -> str:
 def cmd_train(args: argparse.Namespace) -> int:
     """Train one recipe on one backend and print the summary."""
     recipe = resumed_recipe(args) if args.resume else recipe_from_args(args)
+    if args.resume and args.out is None:
+        args.out = _resumed_run_folder(args.resume)
     trainer = _trainer(args, recipe)
     rank = trainer.backend.rank  # fit() leaves the process group, which resets it
     summary = trainer.fit()
@@ -47,6 +49,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     )
     make_console().print(_summary_table(title, summary, recipe))
     return 0
+
+
+def _resumed_run_folder(resume: str) -> str | None:
+    """``--resume RUN`` without ``--out`` goes on in RUN (its metrics appended, its
+    checkpoints saved and pruned there), as a resumed run is expected to; a checkpoint
+    directory alone names no folder, and its run then saves nothing unless ``--out``."""
+    from polytrain.io.checkpoint import run_folder
+
+    folder = run_folder(resume)
+    return None if folder is None else str(folder)
 
 
 def _trainer(args: argparse.Namespace, recipe: Recipe) -> Trainer:

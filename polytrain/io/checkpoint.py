@@ -294,6 +294,16 @@ def _recover(target: Path) -> None:
 # -- reading --------------------------------------------------------------------------------------
 
 
+def run_folder(path: PathLike) -> Path | None:
+    """The run folder ``path`` names (itself, or the parent of its ``checkpoints/``), where
+    ``train --resume`` goes on writing; None for a checkpoint directory itself."""
+    path = Path(path)
+    for folder in [path] + ([path.parent] if path.name == "checkpoints" else []):
+        if (folder / "checkpoints").is_dir() and not (folder / MANIFEST_FILE).is_file():
+            return folder
+    return None
+
+
 def find_checkpoint(path: PathLike) -> Path:
     """The checkpoint directory ``path`` names: itself, or a run directory's (or its
     ``checkpoints/`` directory's) latest complete checkpoint."""

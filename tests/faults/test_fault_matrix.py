@@ -249,6 +249,21 @@ def test_train_sigkill(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert leftovers(out) == []  # the resumed run cleaned what the kill left
 
 
+def test_train_resume_goes_on_in_its_run_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--resume RUN`` without ``--out`` saves in RUN and cleans what a kill left there
+    (a save in flight: ``.step-N.tmp-*``); it used to train and save nothing."""
+    out = tmp_path / "run"
+    assert main(["train", "--backend", "numpy", *TINY, "--out", str(out)]) == 0
+    (out / "checkpoints" / ".step-00000003.tmp-killed").mkdir()
+    code = main(["train", "--backend", "numpy", "--quiet", "--epochs", "2", "--resume", str(out)])
+    assert code == 0, capsys.readouterr().err
+    latest = CheckpointManager(out).latest()
+    assert latest is not None and latest.name == "step-00000004"
+    assert leftovers(out) == []
+
+
 def test_train_bad_value(tmp_path: Path) -> None:
     out = tmp_path / "run"
     code, err, imported = imported_frameworks(
