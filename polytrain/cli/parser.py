@@ -327,7 +327,12 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         default=120.0,
         help="seconds for the rendezvous and for any step of a multi-process run",
     )
-    p.add_argument("--resume", default=None, help="continue from a run or checkpoint directory")
+    p.add_argument(
+        "--resume",
+        default=None,
+        help="continue from a run or checkpoint directory (a run goes on in its folder "
+        "unless --out names another)",
+    )
     p.add_argument(
         "--overwrite",
         action="store_true",
