@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from polytrain.porting.code import convert_source
+from polytrain.porting.code.hybrid import PARAMETER
 
 mx = pytest.importorskip("mxnet")
 torch = pytest.importorskip("torch")
@@ -66,3 +67,81 @@ def test_a_loss_subclass_refuses_shared_parameters() -> None:
     result = convert_source(LOSS, "loss.py")
     with pytest.raises(NotImplementedError, match="shared parameters"):
         _run(result.code)["MaskedL1Loss"](params={})
+
+
+PARAMS = """import numpy as np
+import mxnet as mx
+from mxnet import init
+from mxnet.gluon import nn
+
+
+class Scaled(nn.HybridBlock):
+    def __init__(self, means, weight_initializer=None, **kwargs):
+        super(Scaled, self).__init__(**kwargs)
+        with self.name_scope():
+            self.g = self.params.get('g', shape=(1,), init=mx.init.Constant(0.5),
+                                     allow_deferred_init=True)
+            self.v = self.params.get('v', shape=(1, 3), init=weight_initializer)
+            self.pos_bias = self.params.get('pos_bias', shape=3, dtype=np.float64)
+            self.w = self.params.get('w', shape=(3,), init='zeros', dtype='float64')
+            self.means = self.params.get_constant('means', means)
+
+    def hybrid_forward(self, F, x, g, v, pos_bias, w, means):
+        return F.broadcast_add(F.broadcast_mul(x, g) * v + pos_bias + w, means)
+
+
+def make():
+    net = Scaled(np.array([1.0, 2.0, 3.0]), prefix='scaled_')
+    net.initialize(init.Constant(3.0))
+    return net
+"""
+
+
+def test_block_parameters_are_made_and_initialised_as_gluons() -> None:
+    """Before: each ``self.params.get`` was marked (write the Parameter by hand). Gluon gives
+    a parameter made without ``init`` the net's initializer whatever its name
+    (``pos_bias`` gets 3.0, not a bias's zero), one with ``init`` its own; a constant is
+    not learnt."""
+    result = convert_source(PARAMS, "params.py")
+    assert not [u for u in result.report.uses if not u.converted], result.code
+    x = np.random.default_rng(1).standard_normal((2, 3))
+    block = _run(PARAMS)["make"]()
+    block.cast("float64")
+    expected = block(mx.nd.array(x, dtype="float64")).asnumpy()
+    net = _run(result.code)["make"]().double()
+    got = net(torch.tensor(x)).detach().numpy()
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-10)
+    assert net.pos_bias.tolist() == [3.0, 3.0, 3.0] and net.g.tolist() == [0.5]
+    assert not net.means.requires_grad and net.g.requires_grad
+
+
+@pytest.mark.parametrize(
+    ("arguments", "why"),
+    [
+        ("shape=(0, 3)", "Gluon infers the 0 sizes"),
+        ("shape=(2,), grad_stype='row_sparse'", "row_sparse gradients"),
+        ("shape=(2,), lr_mult=0.1", "its own optimizer group"),
+    ],
+)
+def test_a_parameter_torch_cannot_hold_as_gluon_does_is_refused(arguments: str, why: str) -> None:
+    source = (
+        "from mxnet.gluon import nn\n\n\nclass B(nn.HybridBlock):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        f"        self.w = self.params.get('w', {arguments})\n\n"
+        "    def hybrid_forward(self, F, x, w):\n        return x * w\n"
+    )
+    result = convert_source(source, "b.py")
+    assert not [u for u in result.report.uses if not u.converted], result.code
+    with pytest.raises(NotImplementedError, match=why):
+        _run(result.code)["B"]()
+
+
+def test_a_getter_with_arguments_it_cannot_name_stays_marked() -> None:
+    source = (
+        "from mxnet.gluon import nn\n\n\nclass B(nn.HybridBlock):\n"
+        "    def __init__(self, **options):\n        super().__init__()\n"
+        "        self.w = self.params.get('w', **options)\n\n"
+        "    def hybrid_forward(self, F, x, w):\n        return x * w\n"
+    )
+    result = convert_source(source, "b.py")
+    assert result.report.reasons() == {"Block.params.get": PARAMETER}

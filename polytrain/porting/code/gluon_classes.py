@@ -40,3 +40,34 @@ def taken_by_entries(
 def _dropped(entry: Entry, index: int) -> bool:
     spec = entry.args[index]
     return spec.to is None and ANY in spec.drop and not spec.packs
+
+
+# ---- a block's parameters: self.params.get(...) ---------------------------------------------
+
+PARAMETER_HELPERS = {"get": "gluon_parameter", "get_constant": "gluon_constant"}
+_KEYWORDS = {
+    "get": {
+        "shape", "dtype", "lr_mult", "wd_mult", "init", "allow_deferred_init",
+        "differentiable", "stype", "grad_stype", "grad_req",
+    },
+    "get_constant": {"value"},
+}  # fmt: skip
+
+
+def parameter_call(call: cst.Call) -> cst.Call | None:
+    """``self.params.get('w', shape=..., init=...)`` as ``gluon_parameter('w', ...)`` (and
+    ``get_constant`` as ``gluon_constant``): the helpers take Gluon's arguments by the same
+    names; None where an argument is one they do not know (or hidden by ``*``/``**``)."""
+    assert isinstance(call.func, cst.Attribute)
+    method = call.func.attr.value
+    positional = [a for a in call.args if a.keyword is None]
+    if any(a.star for a in call.args) or not 1 <= len(positional) <= len(_order(method)):
+        return None
+    if any(a.keyword.value not in _KEYWORDS[method] for a in call.args if a.keyword):
+        return None
+    return call.with_changes(func=cst.Name(PARAMETER_HELPERS[method]))
+
+
+def _order(method: str) -> tuple[str, ...]:
+    """The parameters a getter takes by position: the name (and a constant's value)."""
+    return ("name", "value") if method == "get_constant" else ("name",)

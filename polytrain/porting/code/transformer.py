@@ -248,7 +248,8 @@ class PortTransformer(cst.CSTTransformer):
         for bare in self._hybrid.bare:
             self._left(bare, self._hybrid.param, hybrid.PASSED_ON)
         for getter in self._hybrid.getters:
-            self._left(getter, "Block.params.get", hybrid.PARAMETER)
+            if gluon_classes.parameter_call(getter) is None:
+                self._left(getter, "Block.params.get", hybrid.PARAMETER)
         self._blocks = blocks.find(node, self._subclass_kwargs)
         fills = {m[1:] for f in self.imported for m, e in f.methods.items() if e.receivers}
         self._filled = blocks.filled(node, fills, self._makes_block)
@@ -390,6 +391,10 @@ class PortTransformer(cst.CSTTransformer):
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         updated = self._hybrid.leave_call(original, updated)  # F passed on: dropped
+        if original in self._hybrid.getters and (made := gluon_classes.parameter_call(updated)):
+            self._done(original, "Block.params.get")
+            self._full(code(made.func))  # the helper defined
+            return made
         made = self._blocks.leave_call(original, updated)  # a block's super().__init__
         if made is not updated:
             self._full(self._blocks.calls[original])  # the helper defined
