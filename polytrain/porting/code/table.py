@@ -184,6 +184,13 @@ class Framework:
     module_parameter: str = ""  # a parameter that is the framework's module (Gluon's ``F``)
     module_parameter_as: str = ""  # the module whose entries convert ``F.x`` (mxnet.nd)
     layer_classes: tuple[str, ...] = ()  # a subclass's ``self`` is a layer (layer_self.py)
+    unconverted: Mapping[str, str] = field(default_factory=dict)  # module -> why none is
+
+    def why_not(self, name: str) -> str:
+        """Why no API of ``name``'s module is converted (``[framework.unconverted]``: a
+        module with no line-by-line PyTorch equivalent), or ''."""
+        found = (w for m, w in self.unconverted.items() if f"{name}.".startswith(f"{m}."))
+        return next(found, "")
 
     def canonical(self, name: str) -> str:
         """``name`` with a module synonym replaced (``mxnet.ndarray.zeros`` is
@@ -337,6 +344,7 @@ def load_framework(path: Path) -> Framework:
         module_parameter=head.get("module_parameter", ""),
         module_parameter_as=head.get("module_parameter_as", ""),
         layer_classes=tuple(head.get("layer_classes", ())),
+        unconverted=dict(head.get("unconverted", {})),
     )
 
 

@@ -488,7 +488,7 @@ class PortTransformer(cst.CSTTransformer):
         entry = found.framework.entries.get(found.name)
         api = found.name
         if entry is None:
-            self._left(original, api, NOT_IN_TABLE)
+            self._left(original, api, found.framework.why_not(api) or NOT_IN_TABLE)
             return updated
         if entry.unsupported:
             self._left(original, api, entry.unsupported)
@@ -762,7 +762,7 @@ class PortTransformer(cst.CSTTransformer):
             return updated  # not the framework's, or an argument its call's entry drops
         entry = found.framework.entries.get(found.name)
         if entry is None:
-            self._left(original, found.name, NOT_IN_TABLE)
+            self._left(original, found.name, found.framework.why_not(found.name) or NOT_IN_TABLE)
             return updated
         as_type = _as_type(entry) and self._type_use(original)
         if entry.kind != "reference" and not as_type and not entry.value:
