@@ -172,3 +172,68 @@ def test_the_symbol_api_is_marked_with_what_to_write() -> None:
     assert all("torch.nn.Module" in why for why in reasons.values()), reasons
     assert "isinstance(names, (str,))" in result.code
     assert "isinstance(y, GluonSymbol)" in result.code
+
+
+NORMS = """from mxnet.gluon import nn
+
+
+class Block(nn.Block):
+    def __init__(self, units, **kwargs):
+        super().__init__(**kwargs)
+        self.ln = nn.LayerNorm()
+        self.sized = nn.LayerNorm(in_channels=3)
+        self.inferred = nn.LayerNorm(in_channels=0, epsilon=1e-3)
+
+    def forward(self, x):
+        return self.inferred(self.sized(self.ln(x)))
+
+
+def make():
+    net = Block(3)
+    net.initialize()
+    return net
+"""
+
+
+def test_a_layer_norm_without_its_size_is_made_at_the_first_call() -> None:
+    """Before: ``nn.LayerNorm()`` (Gluon infers the size) was marked "give in_channels";
+    it is PyTorch's LayerNorm made lazily now, and initialised as Gluon's (ones, zeros)."""
+    result = convert_source(NORMS, "norms.py")
+    assert not [u for u in result.report.uses if not u.converted], result.code
+    assert "self.ln = GluonLazyLayerNorm()" in result.code
+    assert "self.sized = nn.LayerNorm(normalized_shape=3)" in result.code
+    x = np.random.default_rng(2).standard_normal((2, 4, 3))
+    block = _run(NORMS)["make"]()
+    block.cast("float64")
+    expected = block(mx.nd.array(x, dtype="float64")).asnumpy()
+    net = _run(result.code)["make"]().double()
+    got = net(torch.tensor(x)).detach().numpy()
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-10)
+    assert type(net.ln) is torch.nn.LayerNorm and net.ln.weight.tolist() == [1.0] * 3
+
+
+def test_a_layer_norm_sized_by_a_variable_is_made_by_its_value() -> None:
+    """A size in a variable may be 0 (Gluon infers it) when the code runs."""
+    source = (
+        "from mxnet.gluon import nn\n\n\ndef make(size):\n"
+        "    return nn.LayerNorm(in_channels=size)\n"
+    )
+    result = convert_source(source, "norm.py")
+    assert not [u for u in result.report.uses if not u.converted], result.code
+    make = _run(result.code)["make"]
+    assert type(make(0)).__name__ == "GluonLazyLayerNorm"
+    assert make(3).normalized_shape == (3,)
+
+
+def test_kwargs_pass_on_only_to_a_helper_with_the_sources_signature() -> None:
+    """Before: ``SoftmaxCrossEntropyLoss(sparse_label=False, **kwargs)`` (gluon-cv's
+    distillation loss) was marked: its helper takes Gluon's keywords by their names, so
+    the mapping passes on as it is; an entry whose names differ keeps the marker."""
+    source = (
+        "from mxnet.gluon import loss as gloss\n\n\ndef make(**kwargs):\n"
+        "    return gloss.SoftmaxCrossEntropyLoss(sparse_label=False, **kwargs)\n\n\n"
+        "def other(**kwargs):\n    return gloss.L2Loss(**kwargs)\n"
+    )
+    result = convert_source(source, "losses.py")
+    assert list(result.report.reasons()) == ["mxnet.gluon.loss.L2Loss"], result.code
+    assert "gluon_softmax_ce_loss(sparse_label=False, **kwargs)" in result.code

@@ -118,7 +118,9 @@ class Entry:
     ``$self`` the object. ``value``: what a call entry's API becomes where it is used as
     a value, not called (``func=mx.nd.zeros``: ``torch.zeros``). ``subclass_kwargs``: the
     helper a class derived from this one gives the keyword arguments of its
-    ``super().__init__(...)`` to (Gluon's ``prefix=``: blocks.py)."""
+    ``super().__init__(...)`` to (Gluon's ``prefix=``: blocks.py). ``passes_kwargs``: a
+    ``**mapping`` argument is passed on as it is: the target (a helper written with the
+    source's signature) takes every source keyword by its own name."""
 
     source: str
     target: str
@@ -145,6 +147,7 @@ class Entry:
     through: str = ""
     value: str = ""
     subclass_kwargs: str = ""
+    passes_kwargs: bool = False
 
     @property
     def is_method(self) -> bool:
@@ -283,6 +286,7 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
         through=raw.get("through", ""),
         value=raw.get("value", ""),
         subclass_kwargs=raw.get("subclass_kwargs", ""),
+        passes_kwargs=bool(raw.get("passes_kwargs", False)),
     )
 
 
