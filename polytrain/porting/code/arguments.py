@@ -298,6 +298,8 @@ def convert_arguments(  # noqa: C901 - one step per rule of a mapping entry, in 
     """The converted call's target, arguments and wrapping layers (NotConverted if not).
     An ``expression`` entry's target comes back filled in (``$name``, ``$self``: the
     method's ``receiver``), with no arguments."""
+    passed = [a for a in args if a.star == "**"] if entry.passes_kwargs else []
+    args = [a for a in args if a not in passed]  # ``**kwargs`` given on as they are
     bound = _bind(entry, args, api)
     target, chooser = _target(entry, bound)
     emitted: list[tuple[str, cst.BaseExpression, _Bound | None]] = []
@@ -355,7 +357,7 @@ def convert_arguments(  # noqa: C901 - one step per rule of a mapping entry, in 
         elif default is not None and spec.target_name:
             emitted.append((spec.target_name, cst.parse_expression(refs.fill(default)), None))
     emitted = _tuples(entry, emitted)
-    laid = _layout(entry, emitted, args)
+    laid = _layout(entry, emitted, args) + passed
     return Converted(target, laid, wraps, before, moved, refs.imports, inits, arounds)
 
 

@@ -118,7 +118,9 @@ class Entry:
     ``$self`` the object. ``value``: what a call entry's API becomes where it is used as
     a value, not called (``func=mx.nd.zeros``: ``torch.zeros``). ``subclass_kwargs``: the
     helper a class derived from this one gives the keyword arguments of its
-    ``super().__init__(...)`` to (Gluon's ``prefix=``: blocks.py)."""
+    ``super().__init__(...)`` to (Gluon's ``prefix=``: blocks.py). ``passes_kwargs``: a
+    ``**mapping`` argument is passed on as it is: the target (a helper written with the
+    source's signature) takes every source keyword by its own name."""
 
     source: str
     target: str
@@ -145,6 +147,7 @@ class Entry:
     through: str = ""
     value: str = ""
     subclass_kwargs: str = ""
+    passes_kwargs: bool = False
 
     @property
     def is_method(self) -> bool:
@@ -184,6 +187,13 @@ class Framework:
     module_parameter: str = ""  # a parameter that is the framework's module (Gluon's ``F``)
     module_parameter_as: str = ""  # the module whose entries convert ``F.x`` (mxnet.nd)
     layer_classes: tuple[str, ...] = ()  # a subclass's ``self`` is a layer (layer_self.py)
+    unconverted: Mapping[str, str] = field(default_factory=dict)  # module -> why none is
+
+    def why_not(self, name: str) -> str:
+        """Why no API of ``name``'s module is converted (``[framework.unconverted]``: a
+        module with no line-by-line PyTorch equivalent), or ''."""
+        found = (w for m, w in self.unconverted.items() if f"{name}.".startswith(f"{m}."))
+        return next(found, "")
 
     def canonical(self, name: str) -> str:
         """``name`` with a module synonym replaced (``mxnet.ndarray.zeros`` is
@@ -276,6 +286,7 @@ def _entry(raw: Mapping[str, Any]) -> Entry:
         through=raw.get("through", ""),
         value=raw.get("value", ""),
         subclass_kwargs=raw.get("subclass_kwargs", ""),
+        passes_kwargs=bool(raw.get("passes_kwargs", False)),
     )
 
 
@@ -337,6 +348,7 @@ def load_framework(path: Path) -> Framework:
         module_parameter=head.get("module_parameter", ""),
         module_parameter_as=head.get("module_parameter_as", ""),
         layer_classes=tuple(head.get("layer_classes", ())),
+        unconverted=dict(head.get("unconverted", {})),
     )
 
 

@@ -19,7 +19,7 @@ from libcst.metadata import (
     QualifiedNameSource,
 )
 
-from polytrain.porting.code import blocks, hybrid, layer_self
+from polytrain.porting.code import blocks, gluon_classes, hybrid, layer_self
 from polytrain.porting.code.arguments import NO_SPACE, NotConverted, code, convert_arguments
 from polytrain.porting.code.report import Use
 from polytrain.porting.code.table import Entry, Framework
@@ -243,10 +243,13 @@ class PortTransformer(cst.CSTTransformer):
     def visit_Module(self, node: cst.Module) -> None:
         params = [f.module_parameter for f in self.imported if f.module_parameter_as]
         self._hybrid = hybrid.find(node, params[0] if params else "")
+        taken = gluon_classes.taken_by_entries(self._hybrid.bare, self._parent, self._entry_of)
+        self._hybrid.bare = [b for b in self._hybrid.bare if b not in taken]  # F dropped
         for bare in self._hybrid.bare:
             self._left(bare, self._hybrid.param, hybrid.PASSED_ON)
         for getter in self._hybrid.getters:
-            self._left(getter, "Block.params.get", hybrid.PARAMETER)
+            if gluon_classes.parameter_call(getter) is None:
+                self._left(getter, "Block.params.get", hybrid.PARAMETER)
         self._blocks = blocks.find(node, self._subclass_kwargs)
         fills = {m[1:] for f in self.imported for m, e in f.methods.items() if e.receivers}
         self._filled = blocks.filled(node, fills, self._makes_block)
@@ -388,6 +391,10 @@ class PortTransformer(cst.CSTTransformer):
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         updated = self._hybrid.leave_call(original, updated)  # F passed on: dropped
+        if original in self._hybrid.getters and (made := gluon_classes.parameter_call(updated)):
+            self._done(original, "Block.params.get")
+            self._full(code(made.func))  # the helper defined
+            return made
         made = self._blocks.leave_call(original, updated)  # a block's super().__init__
         if made is not updated:
             self._full(self._blocks.calls[original])  # the helper defined
@@ -400,6 +407,13 @@ class PortTransformer(cst.CSTTransformer):
         entry = found.framework.entries.get(found.name) if found else None
         home = found.framework.sequential.rpartition(".")[0] if found else ""
         return entry is not None and bool(home) and entry.target.startswith(home + ".")
+
+    def _entry_of(self, call: cst.Call) -> Entry | None:
+        found = self._resolve(call.func)
+        return found.framework.entries.get(found.name) if found else None
+
+    def _dropped_argument(self, node: cst.Name | cst.Attribute) -> bool:
+        return bool(gluon_classes.taken_by_entries([node], self._parent, self._entry_of))
 
     def _subclass_kwargs(self, base: cst.BaseExpression) -> str:
         found = self._resolve(base)
@@ -474,7 +488,7 @@ class PortTransformer(cst.CSTTransformer):
         entry = found.framework.entries.get(found.name)
         api = found.name
         if entry is None:
-            self._left(original, api, NOT_IN_TABLE)
+            self._left(original, api, found.framework.why_not(api) or NOT_IN_TABLE)
             return updated
         if entry.unsupported:
             self._left(original, api, entry.unsupported)
@@ -744,11 +758,11 @@ class PortTransformer(cst.CSTTransformer):
         if isinstance(parent, cst.Attribute | cst.Arg | cst.Param) and original is not value:
             return updated  # an attribute's name or a keyword, not a value (a default is)
         found = self._resolve(original)
-        if found is None:
-            return updated
+        if found is None or self._dropped_argument(original):
+            return updated  # not the framework's, or an argument its call's entry drops
         entry = found.framework.entries.get(found.name)
         if entry is None:
-            self._left(original, found.name, NOT_IN_TABLE)
+            self._left(original, found.name, found.framework.why_not(found.name) or NOT_IN_TABLE)
             return updated
         as_type = _as_type(entry) and self._type_use(original)
         if entry.kind != "reference" and not as_type and not entry.value:
