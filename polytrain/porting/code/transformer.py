@@ -19,7 +19,7 @@ from libcst.metadata import (
     QualifiedNameSource,
 )
 
-from polytrain.porting.code import blocks, hybrid, layer_self
+from polytrain.porting.code import array_functions, blocks, hybrid, layer_self
 from polytrain.porting.code.arguments import NO_SPACE, NotConverted, code, convert_arguments
 from polytrain.porting.code.report import Use
 from polytrain.porting.code.table import Entry, Framework
@@ -117,6 +117,10 @@ class PortTransformer(cst.CSTTransformer):
                 if fw is not None:
                     return Resolved(fw, fw.canonical(q.name))
         return None
+
+    def _names(self, node: cst.CSTNode) -> set[str]:
+        """The qualified names of a name or attribute (``np.int32``: numpy.int32)."""
+        return {q.name for q in self.get_metadata(QualifiedNameProvider, node, ())}
 
     def _line(self, node: cst.CSTNode) -> int:
         where: CodeRange = self.get_metadata(PositionProvider, node)
@@ -492,6 +496,7 @@ class PortTransformer(cst.CSTTransformer):
         args = updated.args
         if original in self._lr_of:
             args = _with_argument(args, entry, "learning_rate", self._lr_of[original])
+        args = array_functions.numpy_dtypes(entry, original.args, args, self._names)
         try:
             converted = convert_arguments(entry, args, api)
         except NotConverted as exc:

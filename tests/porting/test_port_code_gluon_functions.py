@@ -1,0 +1,60 @@
+"""Gluon functions on arrays (polytrain/porting/code/array_functions.py and the nd.*
+entries of gluon.toml): a numpy type given as ``dtype=`` is read as its name; the file
+converted runs on PyTorch to MXNet's values and dtypes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from polytrain.porting.code import convert_source
+
+mx = pytest.importorskip("mxnet")
+torch = pytest.importorskip("torch")
+
+NUMPY_DTYPES = """import numpy as np
+from mxnet import nd
+
+
+def made():
+    return [nd.ones((2, 3), dtype=np.int32), nd.full((2,), 7, dtype=np.int32),
+            nd.arange(0, 4, dtype=np.int32), nd.array([1.5, 2.0], dtype=np.int32),
+            nd.zeros((3,), dtype=np.float64)]
+"""
+
+NOT_NUMPY = """from mxnet import nd
+
+
+class np:
+    int32 = 'float64'
+
+
+def made():
+    return nd.ones((2, 3), dtype=np.int32)
+"""
+
+
+def _run(source: str) -> dict[str, Any]:
+    space: dict[str, Any] = {}
+    exec(compile(source, "<converted>", "exec"), space)  # the tool's output, as a user runs it
+    return space
+
+
+def test_a_numpy_dtype_converts_to_the_same_values_and_dtypes() -> None:
+    """Before: each ``dtype=np.int32`` was left marked ("give the dtype as a string")."""
+    result = convert_source(NUMPY_DTYPES, "made.py")
+    assert not [u for u in result.report.uses if not u.converted], result.code
+    expected = [a.asnumpy() for a in _run(NUMPY_DTYPES)["made"]()]
+    got = [t.numpy() for t in _run(result.code)["made"]()]
+    for e, g in zip(expected, got, strict=True):
+        assert e.dtype == g.dtype and e.shape == g.shape
+        np.testing.assert_array_equal(g, e)
+
+
+def test_a_name_that_is_not_numpy_stays_marked() -> None:
+    """A local ``np`` is not numpy: its ``int32`` is not read as a dtype name."""
+    result = convert_source(NOT_NUMPY, "local.py")
+    left = [u for u in result.report.uses if not u.converted]
+    assert [u.api for u in left] == ["mxnet.nd.ones"], result.code
