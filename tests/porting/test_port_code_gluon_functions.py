@@ -4,6 +4,8 @@ converted runs on PyTorch to MXNet's values and dtypes."""
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import Any
 
 import numpy as np
@@ -37,9 +39,14 @@ def made():
 
 
 def _run(source: str) -> dict[str, Any]:
-    space: dict[str, Any] = {}
-    exec(compile(source, "<converted>", "exec"), space)  # the tool's output, as a user runs it
-    return space
+    """``source`` run as a module of its own (``sys.modules[__name__]`` is it)."""
+    module = types.ModuleType("port_code_gluon_functions_run")
+    sys.modules[module.__name__] = module
+    try:
+        exec(compile(source, "<converted>", "exec"), module.__dict__)  # as a user runs it
+    finally:
+        del sys.modules[module.__name__]
+    return module.__dict__
 
 
 def test_a_numpy_dtype_converts_to_the_same_values_and_dtypes() -> None:
@@ -58,3 +65,36 @@ def test_a_name_that_is_not_numpy_stays_marked() -> None:
     result = convert_source(NOT_NUMPY, "local.py")
     left = [u for u in result.report.uses if not u.converted]
     assert [u.api for u in left] == ["mxnet.nd.ones"], result.code
+
+
+ITSELF = """import sys
+
+from mxnet import nd
+
+d2l = sys.modules[__name__]
+
+
+def exp(x):
+    return nd.exp(x)
+
+
+def expand_dims(x, axis):
+    return nd.expand_dims(x, axis=axis)
+
+
+
+def made(x):
+    return d2l.expand_dims(d2l.exp(x), 1)
+"""
+
+
+def test_a_call_on_the_module_itself_is_its_own_function() -> None:
+    """d2l's ``d2l = sys.modules[__name__]``: ``d2l.exp(x)`` calls the file's ``exp``.
+    Before: read as a tensor's ``.exp()`` method on ``d2l`` and marked (an extra
+    positional argument)."""
+    result = convert_source(ITSELF, "d2l.py")
+    assert not [u for u in result.report.uses if not u.converted], result.code
+    x = np.random.default_rng(0).standard_normal(3)
+    expected = _run(ITSELF)["made"](mx.nd.array(x, dtype="float64")).asnumpy()
+    got = _run(result.code)["made"](torch.tensor(x)).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-12)

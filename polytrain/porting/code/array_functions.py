@@ -41,3 +41,65 @@ def numpy_dtypes(
         if name is not None and f"'{name}'" in spec.convert:
             out[i] = after.with_changes(value=cst.SimpleString(f"'{name}'"))
     return out
+
+
+class _Bindings(cst.CSTVisitor):
+    """Each name a module binds (assigned, a parameter, a loop or import target), how
+    often, and the module-level ``X = sys.modules[__name__]`` assignments."""
+
+    def __init__(self) -> None:
+        self.count: dict[str, int] = {}
+        self.itself: set[str] = set()
+        self.depth = 0
+
+    def _bind(self, name: str) -> None:
+        self.count[name] = self.count.get(name, 0) + 1
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.depth += 1
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.depth -= 1
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self._bind(node.name.value)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        for name in _names_in(node.target):
+            self._bind(name)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        this = code_of(node.value) == "sys.modules[__name__]"
+        if this and self.depth == 0 and len(node.targets) == 1:
+            target = node.targets[0].target
+            if isinstance(target, cst.Name):
+                self.itself.add(target.value)
+
+    def visit_For(self, node: cst.For) -> None:
+        for name in _names_in(node.target):
+            self._bind(name)
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        for name in _names_in(node.name):
+            self._bind(name)
+
+
+def _names_in(target: cst.BaseExpression) -> list[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, cst.Tuple | cst.List):
+        return [n for e in target.elements for n in _names_in(e.value)]
+    return []
+
+
+def code_of(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node).strip()
+
+
+def module_itself(module: cst.Module) -> set[str]:
+    """The names bound once, at module level, to the module itself (d2l's
+    ``d2l = sys.modules[__name__]``): ``d2l.exp(x)`` calls the file's own function ``exp``,
+    not a tensor's method."""
+    found = _Bindings()
+    module.visit(found)
+    return {n for n in found.itself if found.count.get(n) == 1}

@@ -99,6 +99,7 @@ class PortTransformer(cst.CSTTransformer):
         self._blocks = blocks.Blocks()  # super().__init__(**kwargs) of blocks (visit_Module)
         self._filled: set[cst.Call] = set()  # ``out.add(nn.Conv2D(...))``, out a parameter
         self._layers: set[cst.ClassDef] = set()  # classes derived from a layer (visit_Module)
+        self._itself: set[str] = set()  # names of the module itself (visit_Module)
 
     # -- lookups ------------------------------------------------------------------------
 
@@ -257,6 +258,7 @@ class PortTransformer(cst.CSTTransformer):
         self._find_receivers(node)
         bases = {c for fw in self.imported for c in fw.layer_classes}
         self._layers = layer_self.layer_classes(node, self._qualified, bases)
+        self._itself = array_functions.module_itself(node)  # d2l = sys.modules[__name__]
         self._pair_schedulers(node, node.body)
         self._pair_steps(node.body)
 
@@ -459,6 +461,8 @@ class PortTransformer(cst.CSTTransformer):
             receiver = receiver.func if isinstance(receiver, cst.Call) else receiver.value
             if self._foreign(receiver):
                 return True
+        if isinstance(receiver, cst.Name) and receiver.value in self._itself:
+            return True  # ``d2l.exp(x)``: the file's own function
         return self._foreign(receiver)
 
     def _foreign(self, receiver: cst.BaseExpression) -> bool:
