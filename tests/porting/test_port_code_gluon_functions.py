@@ -98,3 +98,37 @@ def test_a_call_on_the_module_itself_is_its_own_function() -> None:
     expected = _run(ITSELF)["made"](mx.nd.array(x, dtype="float64")).asnumpy()
     got = _run(result.code)["made"](torch.tensor(x)).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+OVERRIDE = """from mxnet.gluon import nn
+
+
+class Cell(nn.HybridBlock):
+    def _score(self, F, x):
+        return F.relu(x)
+
+    def hybrid_forward(self, F, x):
+        return F.sum(self._score(F, x), axis=-1)
+
+
+class Scaled(Cell):
+    pass
+
+
+class Softer(Scaled):
+    def _score(self, F, x):
+        return F.softmax(x * 2.0, axis=-1) + F.exp(x)
+"""
+
+
+def test_an_override_of_a_method_given_f_through_self_receives_f() -> None:
+    """``self._score(F, x)`` in Cell's hybrid_forward reaches Softer's override on a
+    Softer. Before: the override's ``F.softmax``/``F.exp`` were marked (F not followed)."""
+    result = convert_source(OVERRIDE, "cells.py")
+    assert not [u for u in result.report.uses if not u.converted], result.code
+    assert "def _score(self, x):" in result.code
+    x = np.random.default_rng(0).standard_normal((2, 3))
+    block = _run(OVERRIDE)["Softer"]()
+    expected = block(mx.nd.array(x, dtype="float64")).asnumpy()
+    got = _run(result.code)["Softer"]()(torch.tensor(x)).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
