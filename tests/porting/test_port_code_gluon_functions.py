@@ -132,3 +132,35 @@ def test_an_override_of_a_method_given_f_through_self_receives_f() -> None:
     expected = block(mx.nd.array(x, dtype="float64")).asnumpy()
     got = _run(result.code)["Softer"]()(torch.tensor(x)).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+DROPOUT = """from mxnet import nd
+from mxnet.gluon import nn
+
+
+class Encoder(nn.HybridBlock):
+    def hybrid_forward(self, F, x):
+        return F.Dropout(x, p=0.5, axes=(0,))
+
+
+def loose(x):
+    return nd.Dropout(x, p=0.5)
+"""
+
+
+def test_dropout_follows_the_block_mode_and_is_marked_outside_a_block() -> None:
+    """In a block's method ``F.Dropout`` takes the module's mode (``self.training``): off
+    in eval mode, as Gluon's predict mode; in training mode one mask per column (axes=(0,))
+    scaled by 1 / (1 - p), as MXNet's. In a plain function the mode is unknown: marked.
+    Before: both were marked ("not in the mapping table yet")."""
+    result = convert_source(DROPOUT, "dropout.py")
+    left = [(u.api, u.line) for u in result.report.uses if not u.converted]
+    assert left == [("mxnet.nd.Dropout", 11)], result.code
+    x = np.random.default_rng(0).standard_normal((4, 64)) + 3.0
+    expected = _run(DROPOUT)["Encoder"]()(mx.nd.array(x, dtype="float64")).asnumpy()
+    net = _run(result.code)["Encoder"]()
+    np.testing.assert_array_equal(net.eval()(torch.tensor(x)).numpy(), expected)
+    out = net.train()(torch.tensor(x)).numpy()
+    kept = out != 0
+    assert (kept == kept[:1]).all() and 0 < kept.sum() < kept.size
+    np.testing.assert_allclose(out[kept], 2 * x[kept], rtol=1e-12)

@@ -4,11 +4,11 @@ entry converts that name, so the table's own dtype conversion applies to it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 import libcst as cst
 
-from polytrain.porting.code.table import Entry
+from polytrain.porting.code.table import Entry, Framework
 
 NUMPY_MODULES = ("numpy.", "mxnet.np.", "mxnet.numpy.")  # where ``np.int32`` is numpy's type
 
@@ -103,3 +103,59 @@ def module_itself(module: cst.Module) -> set[str]:
     found = _Bindings()
     module.visit(found)
     return {n for n in found.itself if found.count.get(n) == 1}
+
+
+MODE_ARG = "training"  # an entry's argument for Gluon's training mode, needed (F.Dropout)
+TRAINING = "self.training"  # a converted block's mode: Gluon's autograd train mode
+
+
+def block_bases(frameworks: Iterable[Framework]) -> set[str]:
+    """The framework classes whose subclasses become PyTorch modules (Gluon's Block and
+    HybridBlock): the entries whose target is the module class beside the table's
+    ``sequential`` (its torch.nn.Module)."""
+    found: set[str] = set()
+    for fw in frameworks:
+        home = fw.sequential.rpartition(".")[0]
+        found |= {n for n, e in fw.entries.items() if home and e.target == f"{home}.Module"}
+    return found
+
+
+def in_block_method(
+    node: cst.CSTNode,
+    parent: Callable[[cst.CSTNode], cst.CSTNode | None],
+    blocks: Collection[cst.ClassDef],
+) -> bool:
+    """``node`` is in a method (``self`` first, not nested in another function) of one of
+    ``blocks`` (the file's Gluon blocks, PyTorch modules once converted)."""
+    current = parent(node)
+    while current is not None and not isinstance(current, cst.FunctionDef | cst.Lambda):
+        current = parent(current)
+    if not isinstance(current, cst.FunctionDef) or current.decorators:
+        return False
+    params = current.params.params
+    if not params or params[0].name.value != "self":
+        return False
+    block = parent(current)
+    cls = parent(block) if isinstance(block, cst.IndentedBlock) else None
+    return isinstance(cls, cst.ClassDef) and cls in blocks
+
+
+def with_mode(entry: Entry, args: Sequence[cst.Arg], in_block: bool) -> list[cst.Arg]:
+    """A call active only in Gluon's training mode (``F.Dropout``: its entry needs a
+    ``training`` argument) given ``training=self.training`` inside a block's method: the
+    converted module's mode, which ``net.train()``/``net.eval()`` set as
+    ``autograd.record()`` and predict mode do in Gluon. Elsewhere the argument is missing
+    and the call is marked with the entry's ``need``."""
+    spec = entry.arg(MODE_ARG)
+    given = any(a.keyword is not None and a.keyword.value == MODE_ARG for a in args)
+    if spec is None or not spec.need or given or not in_block:
+        return list(args)
+    last = list(args)
+    if last and last[-1].comma is cst.MaybeSentinel.DEFAULT:
+        space = cst.SimpleWhitespace(" ")
+        last[-1] = last[-1].with_changes(comma=cst.Comma(whitespace_after=space))
+    value = cst.parse_expression(TRAINING)
+    equal = cst.AssignEqual(
+        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+    )
+    return [*last, cst.Arg(value=value, keyword=cst.Name(MODE_ARG), equal=equal)]

@@ -100,6 +100,7 @@ class PortTransformer(cst.CSTTransformer):
         self._filled: set[cst.Call] = set()  # ``out.add(nn.Conv2D(...))``, out a parameter
         self._layers: set[cst.ClassDef] = set()  # classes derived from a layer (visit_Module)
         self._itself: set[str] = set()  # names of the module itself (visit_Module)
+        self._gluon_blocks: set[cst.ClassDef] = set()  # classes derived from a Gluon Block
 
     # -- lookups ------------------------------------------------------------------------
 
@@ -259,6 +260,8 @@ class PortTransformer(cst.CSTTransformer):
         bases = {c for fw in self.imported for c in fw.layer_classes}
         self._layers = layer_self.layer_classes(node, self._qualified, bases)
         self._itself = array_functions.module_itself(node)  # d2l = sys.modules[__name__]
+        modules = array_functions.block_bases(self.imported)
+        self._gluon_blocks = layer_self.layer_classes(node, self._qualified, modules)
         self._pair_schedulers(node, node.body)
         self._pair_steps(node.body)
 
@@ -501,6 +504,8 @@ class PortTransformer(cst.CSTTransformer):
         if original in self._lr_of:
             args = _with_argument(args, entry, "learning_rate", self._lr_of[original])
         args = array_functions.numpy_dtypes(entry, original.args, args, self._names)
+        in_block = array_functions.in_block_method(original, self._parent, self._gluon_blocks)
+        args = array_functions.with_mode(entry, args, in_block)
         try:
             converted = convert_arguments(entry, args, api)
         except NotConverted as exc:
