@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from polytrain.porting.code import hybrid_overrides
+
 HYBRID = "hybrid_forward"
 PASSED_ON = (
     "`F` (mxnet.nd or mxnet.sym, which Gluon passes to `hybrid_forward`) is given to code "
@@ -107,6 +109,7 @@ def find(module: cst.Module, param: str) -> Hybrid:
             out.drops[call] = index
             if callee.node not in out.defs:
                 pending.append(callee)
+            pending.extend(hybrid_overrides.overrides(call, callee, every, module))
     for d in out.defs.values():
         _uses(d.node, param, out)
     _declared(module, out)

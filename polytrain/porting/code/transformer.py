@@ -19,7 +19,7 @@ from libcst.metadata import (
     QualifiedNameSource,
 )
 
-from polytrain.porting.code import blocks, gluon_classes, hybrid, layer_self
+from polytrain.porting.code import array_functions, blocks, gluon_classes, hybrid, layer_self
 from polytrain.porting.code.arguments import NO_SPACE, NotConverted, code, convert_arguments
 from polytrain.porting.code.report import Use
 from polytrain.porting.code.table import Entry, Framework
@@ -99,6 +99,8 @@ class PortTransformer(cst.CSTTransformer):
         self._blocks = blocks.Blocks()  # super().__init__(**kwargs) of blocks (visit_Module)
         self._filled: set[cst.Call] = set()  # ``out.add(nn.Conv2D(...))``, out a parameter
         self._layers: set[cst.ClassDef] = set()  # classes derived from a layer (visit_Module)
+        self._itself: set[str] = set()  # names of the module itself (visit_Module)
+        self._gluon_blocks: set[cst.ClassDef] = set()  # classes derived from a Gluon Block
 
     # -- lookups ------------------------------------------------------------------------
 
@@ -117,6 +119,10 @@ class PortTransformer(cst.CSTTransformer):
                 if fw is not None:
                     return Resolved(fw, fw.canonical(q.name))
         return None
+
+    def _names(self, node: cst.CSTNode) -> set[str]:
+        """The qualified names of a name or attribute (``np.int32``: numpy.int32)."""
+        return {q.name for q in self.get_metadata(QualifiedNameProvider, node, ())}
 
     def _line(self, node: cst.CSTNode) -> int:
         where: CodeRange = self.get_metadata(PositionProvider, node)
@@ -256,6 +262,9 @@ class PortTransformer(cst.CSTTransformer):
         self._find_receivers(node)
         bases = {c for fw in self.imported for c in fw.layer_classes}
         self._layers = layer_self.layer_classes(node, self._qualified, bases)
+        self._itself = array_functions.module_itself(node)  # d2l = sys.modules[__name__]
+        modules = array_functions.block_bases(self.imported)
+        self._gluon_blocks = layer_self.layer_classes(node, self._qualified, modules)
         self._pair_schedulers(node, node.body)
         self._pair_steps(node.body)
 
@@ -469,6 +478,8 @@ class PortTransformer(cst.CSTTransformer):
             receiver = receiver.func if isinstance(receiver, cst.Call) else receiver.value
             if self._foreign(receiver):
                 return True
+        if isinstance(receiver, cst.Name) and receiver.value in self._itself:
+            return True  # ``d2l.exp(x)``: the file's own function
         return self._foreign(receiver)
 
     def _foreign(self, receiver: cst.BaseExpression) -> bool:
@@ -506,6 +517,9 @@ class PortTransformer(cst.CSTTransformer):
         args = updated.args
         if original in self._lr_of:
             args = _with_argument(args, entry, "learning_rate", self._lr_of[original])
+        args = array_functions.numpy_dtypes(entry, original.args, args, self._names)
+        in_block = array_functions.in_block_method(original, self._parent, self._gluon_blocks)
+        args = array_functions.with_mode(entry, args, in_block)
         try:
             converted = convert_arguments(entry, args, api)
         except NotConverted as exc:
