@@ -503,7 +503,7 @@ class PortTransformer(cst.CSTTransformer):
             made = self._table_code(found.framework, converted.target)
             if converted.inits:
                 return self._initialised(found.framework, made, converted.inits)
-            return made
+            return self._around(found.framework, made, converted.arounds)
         new_args = converted.args
         if original in self._scheduler_of:
             first = cst.Arg(cst.Name(self._scheduler_of[original]))

@@ -1,0 +1,166 @@
+"""Paddle's ParamAttr beyond its initializer (polytrain/porting/code/paddle_attrs.toml):
+a learning rate, an L2 decay or a trainable flag of the parameter's own, as a layer's
+weight_attr / bias_attr or create_parameter's attr, a literal or a name. The converted
+code gives the parameters those settings, and the first optimizer step checks that the
+parameter groups agree: run as Paddle runs it, it trains to Paddle's numbers; with one
+group for all, it stops (issue 36)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from polytrain.porting.code import convert_source
+
+paddle = pytest.importorskip("paddle")
+torch = pytest.importorskip("torch")
+
+PROGRAM = """
+import numpy as np
+import paddle
+import paddle.nn as nn
+from paddle import ParamAttr
+from paddle.regularizer import L2Decay
+
+paddle.set_default_dtype("float64")
+lr_mult = 0.5
+decay = L2Decay(0.0)
+
+
+class Net(nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(
+            3, 4, weight_attr=ParamAttr(learning_rate=lr_mult),
+            bias_attr=ParamAttr(regularizer=decay)
+        )
+        self.bn = nn.LayerNorm(
+            4, weight_attr=ParamAttr(regularizer=L2Decay(0.0), learning_rate=lr_mult)
+        )
+        self.out = nn.Linear(4, 1, weight_attr=ParamAttr(trainable=False))
+        self.scale = self.create_parameter([1], attr=ParamAttr(learning_rate=lr_mult))
+
+    def forward(self, x):
+        return self.out(paddle.tanh(self.bn(self.fc(x)))) * self.scale
+
+
+net = Net()
+opt = paddle.optimizer.Momentum(
+    learning_rate=0.25, momentum=0.5, parameters=net.parameters(), weight_decay=L2Decay(0.125)
+)
+"""
+
+
+def _steps(net: Any, opt: Any, backend: Any, weights: dict[str, np.ndarray]) -> list[float]:
+    """Three steps on fixed batches from ``weights`` (Paddle's layout), the losses."""
+    with backend.no_grad():
+        for name, p in net.named_parameters():
+            if backend is paddle:
+                p.set_value(weights[name])
+                continue
+            value = weights[name].T if name.endswith("weight") and p.ndim == 2 else weights[name]
+            p.copy_(torch.tensor(value))
+    rng = np.random.default_rng(0)
+    losses = []
+    for _ in range(3):
+        x, y = rng.normal(size=(8, 3)), rng.normal(size=(8, 1))
+        tensor = paddle.to_tensor if backend is paddle else torch.tensor
+        loss = ((net(tensor(x)) - tensor(y)) ** 2).mean()
+        loss.backward()
+        opt.step()
+        (opt.clear_grad if backend is paddle else opt.zero_grad)()
+        losses.append(float(loss.numpy() if backend is paddle else loss.detach()))
+    return losses
+
+
+GROUPS = """
+attr = lambda p: getattr(p, 'paddle_attr', {})
+groups = {}
+for p in net.parameters():
+    a = attr(p)
+    key = (a.get('lr_scale', 1.0), a.get('weight_decay', 0.125))
+    groups.setdefault(key, []).append(p)
+opt = torch.optim.SGD(
+    [{'params': ps, 'lr': 0.25 * s, 'lr_scale': s, 'weight_decay': d}
+     for (s, d), ps in groups.items()],
+    lr=0.25, momentum=0.5)
+"""
+
+
+def _converted() -> str:
+    result = convert_source(PROGRAM, "attrs.py")
+    left = [(u.api, u.why) for u in result.report.uses if not u.converted]
+    assert left == [], left
+    return result.code
+
+
+def test_param_attr_settings_train_to_paddles_numbers_in_their_groups() -> None:
+    paddle_ns: dict[str, Any] = {}
+    exec(PROGRAM, paddle_ns)
+    try:
+        weights = {n: p.numpy() for n, p in paddle_ns["net"].named_parameters()}
+        want = _steps(paddle_ns["net"], paddle_ns["opt"], paddle, weights)
+        assert not paddle_ns["net"].out.weight.trainable
+    finally:
+        paddle.set_default_dtype("float32")
+    torch_ns: dict[str, Any] = {}
+    default = torch.get_default_dtype()
+    try:
+        exec(_converted() + GROUPS, torch_ns)
+        got = _steps(torch_ns["net"], torch_ns["opt"], torch, weights)
+    finally:
+        torch.set_default_dtype(default)
+    assert not torch_ns["net"].out.weight.requires_grad
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "says"),
+    [
+        ("torch.optim.SGD(net.parameters(), lr=0.25)", "'lr_scale': 0.5"),
+        (
+            "torch.optim.SGD([{'params': [net.fc.weight, net.bn.weight, net.scale],"
+            " 'lr_scale': 0.5}], lr=0.25, weight_decay=0.125)",
+            "weight_decay=0.0",
+        ),
+        (
+            "torch.optim.AdamW([{'params': [net.fc.weight, net.bn.weight, net.scale],"
+            " 'lr_scale': 0.5}], weight_decay=0.125)",
+            "",
+        ),
+    ],
+)
+def test_an_optimizer_that_disagrees_with_the_param_attrs_stops(optimizer: str, says: str) -> None:
+    torch_ns: dict[str, Any] = {}
+    default = torch.get_default_dtype()
+    try:
+        exec(_converted() + f"opt = {optimizer}\n", torch_ns)
+    finally:
+        torch.set_default_dtype(default)
+    net, opt = torch_ns["net"], torch_ns["opt"]
+    net(torch.ones(2, 3, dtype=torch.float64)).sum().backward()
+    if not says:  # AdamW: a decay of 0 of its own is Paddle's AdamW too
+        opt.step()
+        return
+    with pytest.raises(RuntimeError, match=says):
+        opt.step()
+
+
+def test_a_regularizer_that_is_not_l2_stops_where_the_layer_is_made() -> None:
+    source = (
+        "import paddle\nreg = paddle.regularizer.L1Decay(0.1)\n"
+        "fc = paddle.nn.Linear(3, 4, weight_attr=paddle.ParamAttr(regularizer=reg))\n"
+    )
+    result = convert_source(source, "l1.py")
+    assert [u.api for u in result.report.uses if not u.converted] == ["paddle.regularizer.L1Decay"]
+    code = result.code.replace("reg = paddle.regularizer.L1Decay(0.1)", "reg = 'l1'")
+    with pytest.raises(NotImplementedError, match="L2 coefficient only"):
+        exec(code, {})
+
+
+def test_a_literal_learning_rate_of_its_own_stays_marked() -> None:
+    source = "import paddle\nattr = paddle.ParamAttr(learning_rate=0.5)\n"
+    result = convert_source(source, "lr.py")
+    assert [u.api for u in result.report.uses if not u.converted] == ["paddle.ParamAttr"]
