@@ -110,7 +110,7 @@ def test_a_local_name_shadowing_an_import_is_not_converted() -> None:
 UNSUPPORTED = """import paddle
 import paddle.nn as nn
 
-attr = paddle.ParamAttr(name="w", learning_rate=0.5)
+attr = paddle.ParamAttr(name="w", need_clip=False)
 fc = nn.Linear(3, 4, weight_attr=False)
 pool = nn.MaxPool2D(2, ceil_mode=True)
 norm = paddle.vision.transforms.Resize(32)
@@ -122,7 +122,7 @@ def test_unsupported_calls_stay_as_they_were_marked_and_reported() -> None:
     result = convert_source(UNSUPPORTED, "u.py")
     lines = result.code.splitlines()
     originals = [
-        'attr = paddle.ParamAttr(name="w", learning_rate=0.5)',
+        'attr = paddle.ParamAttr(name="w", need_clip=False)',
         "fc = nn.Linear(3, 4, weight_attr=False)",
         "pool = nn.MaxPool2D(2, ceil_mode=True)",
         "norm = paddle.vision.transforms.Resize(32)",
@@ -135,9 +135,8 @@ def test_unsupported_calls_stay_as_they_were_marked_and_reported() -> None:
         "ceil_mode Paddle's output can be one larger (rule 6); the table takes only False"
     ) in lines
     assert (
-        "# polytrain port-code: paddle.ParamAttr not converted: `learning_rate=0.5`: a learning "
-        "rate of its own: put the parameter in an optimizer parameter group with the rate "
-        "scaled; the table takes only 1.0, 1"
+        "# polytrain port-code: paddle.ParamAttr not converted: `need_clip=False`: a parameter "
+        "left out of gradient clipping: clip the others by hand; the table takes only True"
     ) in lines
     assert "ok = torch.nn.ReLU()" in lines
     assert (

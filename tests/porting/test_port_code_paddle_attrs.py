@@ -160,7 +160,15 @@ def test_a_regularizer_that_is_not_l2_stops_where_the_layer_is_made() -> None:
         exec(code, {})
 
 
-def test_a_literal_learning_rate_of_its_own_stays_marked() -> None:
-    source = "import paddle\nattr = paddle.ParamAttr(learning_rate=0.5)\n"
+def test_a_literal_learning_rate_of_its_own_is_converted_and_checked() -> None:
+    source = (
+        "import paddle\nemb = paddle.nn.Embedding(5, 3, weight_attr=paddle.ParamAttr("
+        "learning_rate=30))\nopt = paddle.optimizer.SGD(0.1, parameters=emb.parameters())\n"
+    )
     result = convert_source(source, "lr.py")
-    assert [u.api for u in result.report.uses if not u.converted] == ["paddle.ParamAttr"]
+    assert [u.api for u in result.report.uses if not u.converted] == []
+    ns: dict[str, Any] = {}
+    exec(result.code, ns)
+    ns["emb"](torch.tensor([1, 2])).sum().backward()
+    with pytest.raises(RuntimeError, match=r"'lr_scale': 30\.0 and lr = the base rate"):
+        ns["opt"].step()
