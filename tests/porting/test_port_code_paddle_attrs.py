@@ -172,3 +172,56 @@ def test_a_literal_learning_rate_of_its_own_is_converted_and_checked() -> None:
     ns["emb"](torch.tensor([1, 2])).sum().backward()
     with pytest.raises(RuntimeError, match=r"'lr_scale': 30\.0 and lr = the base rate"):
         ns["opt"].step()
+
+
+CROSS_ENTROPY = """
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+
+rng = np.random.default_rng(0)
+x = paddle.to_tensor(rng.normal(size=(6, 3)))
+x3 = paddle.to_tensor(rng.normal(size=(2, 3, 4)))
+y = paddle.to_tensor(np.array([0, 1, -100, 2, 1, -100]))
+kept = paddle.to_tensor(np.array([0, 1, 1, 2, 1, 0]))
+w = paddle.to_tensor(np.array([1.0, 2.0, 3.0]))
+ii = 1
+out = {case}
+"""
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "paddle.nn.CrossEntropyLoss()(x, y)",  # Paddle's mean: over all 6 labels
+        "F.cross_entropy(x, y)",
+        "F.cross_entropy(x, y.unsqueeze(-1))",
+        "F.cross_entropy(x3, paddle.to_tensor([[0, 1, -100, 2], [1, -100, 0, 0]]), axis=1)",
+        "paddle.nn.CrossEntropyLoss(weight=w)(x, y)",  # over the kept labels' weights
+        "paddle.nn.CrossEntropyLoss(ignore_index=ii)(x, kept)",  # over the kept labels
+        "paddle.nn.CrossEntropyLoss(weight=w, ignore_index=ii)(x, kept)",
+        "F.cross_entropy(x, paddle.full([6], ii), ignore_index=ii)",  # none kept: 0
+        "F.cross_entropy(x, paddle.full([6], -100))",
+        "F.cross_entropy(x, y, reduction='sum')",
+        "F.cross_entropy(x, y, reduction='none')",
+    ],
+)
+def test_cross_entropy_with_ignored_labels_is_paddles(case: str) -> None:
+    source = CROSS_ENTROPY.format(case=case)
+    result = convert_source(source, "ce.py")
+    assert [u.api for u in result.report.uses if not u.converted] == []
+    paddle_ns: dict[str, Any] = {}
+    exec(source, paddle_ns)
+    torch_ns: dict[str, Any] = {}
+    exec(result.code, torch_ns)
+    want, got = paddle_ns["out"].numpy(), torch_ns["out"].detach().numpy()
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
+def test_label_smoothing_with_an_ignored_label_stops_as_paddle_does() -> None:
+    source = CROSS_ENTROPY.format(case="F.cross_entropy(x, y, label_smoothing=0.1)")
+    with pytest.raises(ValueError):
+        exec(source, {})
+    with pytest.raises(NotImplementedError, match="ignore_index"):
+        exec(convert_source(source, "ce.py").code, {})
