@@ -225,3 +225,41 @@ def test_label_smoothing_with_an_ignored_label_stops_as_paddle_does() -> None:
         exec(source, {})
     with pytest.raises(NotImplementedError, match="ignore_index"):
         exec(convert_source(source, "ce.py").code, {})
+
+
+DEFAULT_DTYPE = """
+import numpy as np
+import paddle
+
+paddle.set_default_dtype("float64")
+x = paddle.ones([2], dtype=paddle.get_default_dtype())
+y = paddle.cast(x > 0, paddle.get_default_dtype())
+z = (x > 0).astype(paddle.get_default_dtype())
+a = np.ones(2, dtype=np.int64).astype(paddle.get_default_dtype())
+out = [str(t.dtype).split(".")[-1] for t in (x, y, z, a)] + [float(v.sum()) for v in (x, y, z, a)]
+"""
+
+
+def test_default_dtype_as_a_dtype_argument_is_torchs() -> None:
+    result = convert_source(DEFAULT_DTYPE, "dtype.py")
+    assert [u.api for u in result.report.uses if not u.converted] == []
+    paddle_ns: dict[str, Any] = {}
+    torch_ns: dict[str, Any] = {}
+    default = torch.get_default_dtype()
+    try:
+        exec(DEFAULT_DTYPE, paddle_ns)
+        exec(result.code, torch_ns)
+    finally:
+        paddle.set_default_dtype("float32")
+        torch.set_default_dtype(default)
+    assert torch_ns["out"] == paddle_ns["out"] == ["float64"] * 4 + [2.0] * 4
+
+
+def test_default_dtype_elsewhere_stays_marked() -> None:
+    source = (
+        "import paddle\nsame = paddle.get_default_dtype() == 'float32'\n"
+        "print(paddle.get_default_dtype())\n"
+    )
+    result = convert_source(source, "dtype.py")
+    left = [u.api for u in result.report.uses if not u.converted]
+    assert left == ["paddle.get_default_dtype"] * 2

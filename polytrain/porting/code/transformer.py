@@ -19,7 +19,7 @@ from libcst.metadata import (
     QualifiedNameSource,
 )
 
-from polytrain.porting.code import blocks, hybrid, layer_self
+from polytrain.porting.code import blocks, default_dtype, hybrid, layer_self
 from polytrain.porting.code.arguments import NO_SPACE, NotConverted, code, convert_arguments
 from polytrain.porting.code.report import Use
 from polytrain.porting.code.table import Entry, Framework
@@ -473,6 +473,8 @@ class PortTransformer(cst.CSTTransformer):
     ) -> cst.BaseExpression:
         entry = found.framework.entries.get(found.name)
         api = found.name
+        if default_dtype.is_default_dtype(api, found.framework):
+            return self._default_dtype(original, updated, found)
         if entry is None:
             self._left(original, api, NOT_IN_TABLE)
             return updated
@@ -518,6 +520,21 @@ class PortTransformer(cst.CSTTransformer):
         call = self._around(found.framework, call, converted.arounds)
         self._done(original, api)
         return self._wrapped(found.framework, call, converted.wraps, converted.before)
+
+    def _default_dtype(
+        self, original: cst.Call, updated: cst.Call, found: Resolved
+    ) -> cst.BaseExpression:
+        """``paddle.get_default_dtype()`` where it is a dtype argument (default_dtype.py)."""
+        arg = self.get_metadata(ParentNodeProvider, original, None)
+        call = self.get_metadata(ParentNodeProvider, arg, None) if arg is not None else None
+        func = call.func if isinstance(call, cst.Call) else None
+        owner = self._resolve(func) if isinstance(func, cst.Name | cst.Attribute) else None
+        target = default_dtype.converted(arg, call, owner.name if owner else None, found.framework)
+        if target is None:
+            self._left(original, found.name, default_dtype.WHY)
+            return updated
+        self._done(original, found.name)
+        return self._table_code(found.framework, target)
 
     def _around(
         self, fw: Framework, call: cst.BaseExpression, arounds: Sequence[tuple[str, str]]
