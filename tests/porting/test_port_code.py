@@ -112,7 +112,7 @@ import paddle.nn as nn
 
 attr = paddle.ParamAttr(name="w", need_clip=False)
 fc = nn.Linear(3, 4, weight_attr=False)
-pool = nn.MaxPool2D(2, ceil_mode=True)
+pool = nn.MaxPool2D(2, return_mask=True)
 norm = paddle.vision.transforms.Resize(32)
 ok = nn.ReLU()
 """
@@ -124,15 +124,15 @@ def test_unsupported_calls_stay_as_they_were_marked_and_reported() -> None:
     originals = [
         'attr = paddle.ParamAttr(name="w", need_clip=False)',
         "fc = nn.Linear(3, 4, weight_attr=False)",
-        "pool = nn.MaxPool2D(2, ceil_mode=True)",
+        "pool = nn.MaxPool2D(2, return_mask=True)",
         "norm = paddle.vision.transforms.Resize(32)",
     ]
     for original in originals:
         at = lines.index(original)  # unchanged, character for character
         assert lines[at - 1].startswith("# polytrain port-code: "), lines[at - 1]
     assert (
-        "# polytrain port-code: paddle.nn.MaxPool2D not converted: `ceil_mode=True`: with "
-        "ceil_mode Paddle's output can be one larger (rule 6); the table takes only False"
+        "# polytrain port-code: paddle.nn.MaxPool2D not converted: `return_mask=True`: the "
+        "indices' layout is not checked yet; the table takes only False"
     ) in lines
     assert (
         "# polytrain port-code: paddle.ParamAttr not converted: `need_clip=False`: a parameter "
@@ -236,7 +236,7 @@ def test_command_on_a_file_leaves_src_untouched_and_refuses_an_existing_out(
     assert err.count("\n") == 0 and "exists" in err and "--overwrite" in err
     assert out.read_text(encoding="utf-8") == "mine"
     assert main(["port-code", str(src), "-o", str(out), "--overwrite", "--show-unsupported"]) == 3
-    assert "1 x paddle.nn.MaxPool2D: `ceil_mode=True`" in capsys.readouterr().out
+    assert "1 x paddle.nn.MaxPool2D: `return_mask=True`" in capsys.readouterr().out
     clean = tmp_path / "clean.py"
     clean.write_text("import paddle\ny = paddle.exp(x)\n", encoding="utf-8")
     assert main(["port-code", str(clean)]) == 0  # default OUT: clean_torch.py

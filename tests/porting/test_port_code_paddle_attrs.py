@@ -263,3 +263,41 @@ def test_default_dtype_elsewhere_stays_marked() -> None:
     result = convert_source(source, "dtype.py")
     left = [u.api for u in result.report.uses if not u.converted]
     assert left == ["paddle.get_default_dtype"] * 2
+
+
+POOL = """
+import numpy as np
+import paddle
+import paddle.nn as nn
+
+x = paddle.to_tensor(np.random.default_rng(0).normal(size=(1, 2, {size}, {size})))
+out = {layer}(x)
+"""
+
+# (input size, kernel, stride, padding): each window at least its stride plus the padding
+# wide (Paddle and PyTorch agree), or not (refused); Paddle 3.3.1 differs from PyTorch in
+# the second list (a last window starting in the padding)
+AGREE = [(5, 2, 2, 0), (7, 3, 2, 1), (6, 3, 3, 0), (7, 4, 2, 2), (5, 3, 1, 1)]
+DIFFER = [(5, 2, 2, 1), (6, 1, 2, 0), (7, 4, 3, 2)]
+
+
+@pytest.mark.parametrize("kind", ["MaxPool2D", "AvgPool2D", "AvgPool2D-inclusive"])
+def test_pooling_ceil_mode_is_paddles_or_refused(kind: str) -> None:
+    layer = kind.split("-")[0]
+    extra = ", exclusive=False" if kind.endswith("inclusive") else ""
+    for size, k, s, p in AGREE + DIFFER:
+        made = f"nn.{layer}({k}, stride={s}, padding={p}, ceil_mode=True{extra})"
+        source = POOL.format(size=size, layer=made)
+        result = convert_source(source, "pool.py")
+        assert [u.api for u in result.report.uses if not u.converted] == []
+        paddle_ns: dict[str, Any] = {}
+        exec(source, paddle_ns)
+        torch_ns: dict[str, Any] = {}
+        if (size, k, s, p) in DIFFER:
+            with pytest.raises(NotImplementedError, match="ceil_mode=True"):
+                exec(result.code, torch_ns)
+            continue
+        exec(result.code, torch_ns)
+        want, got = paddle_ns["out"].numpy(), torch_ns["out"].numpy()
+        assert got.shape == want.shape, (size, k, s, p)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
