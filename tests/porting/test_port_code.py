@@ -110,9 +110,9 @@ def test_a_local_name_shadowing_an_import_is_not_converted() -> None:
 UNSUPPORTED = """import paddle
 import paddle.nn as nn
 
-attr = paddle.ParamAttr(name="w", learning_rate=0.5)
+attr = paddle.ParamAttr(name="w", need_clip=False)
 fc = nn.Linear(3, 4, weight_attr=False)
-pool = nn.MaxPool2D(2, ceil_mode=True)
+pool = nn.MaxPool2D(2, return_mask=True)
 norm = paddle.vision.transforms.Resize(32)
 ok = nn.ReLU()
 """
@@ -122,22 +122,21 @@ def test_unsupported_calls_stay_as_they_were_marked_and_reported() -> None:
     result = convert_source(UNSUPPORTED, "u.py")
     lines = result.code.splitlines()
     originals = [
-        'attr = paddle.ParamAttr(name="w", learning_rate=0.5)',
+        'attr = paddle.ParamAttr(name="w", need_clip=False)',
         "fc = nn.Linear(3, 4, weight_attr=False)",
-        "pool = nn.MaxPool2D(2, ceil_mode=True)",
+        "pool = nn.MaxPool2D(2, return_mask=True)",
         "norm = paddle.vision.transforms.Resize(32)",
     ]
     for original in originals:
         at = lines.index(original)  # unchanged, character for character
         assert lines[at - 1].startswith("# polytrain port-code: "), lines[at - 1]
     assert (
-        "# polytrain port-code: paddle.nn.MaxPool2D not converted: `ceil_mode=True`: with "
-        "ceil_mode Paddle's output can be one larger (rule 6); the table takes only False"
+        "# polytrain port-code: paddle.nn.MaxPool2D not converted: `return_mask=True`: the "
+        "indices' layout is not checked yet; the table takes only False"
     ) in lines
     assert (
-        "# polytrain port-code: paddle.ParamAttr not converted: `learning_rate=0.5`: a learning "
-        "rate of its own: put the parameter in an optimizer parameter group with the rate "
-        "scaled; the table takes only 1.0, 1"
+        "# polytrain port-code: paddle.ParamAttr not converted: `need_clip=False`: a parameter "
+        "left out of gradient clipping: clip the others by hand; the table takes only True"
     ) in lines
     assert "ok = torch.nn.ReLU()" in lines
     assert (
@@ -237,7 +236,7 @@ def test_command_on_a_file_leaves_src_untouched_and_refuses_an_existing_out(
     assert err.count("\n") == 0 and "exists" in err and "--overwrite" in err
     assert out.read_text(encoding="utf-8") == "mine"
     assert main(["port-code", str(src), "-o", str(out), "--overwrite", "--show-unsupported"]) == 3
-    assert "1 x paddle.nn.MaxPool2D: `ceil_mode=True`" in capsys.readouterr().out
+    assert "1 x paddle.nn.MaxPool2D: `return_mask=True`" in capsys.readouterr().out
     clean = tmp_path / "clean.py"
     clean.write_text("import paddle\ny = paddle.exp(x)\n", encoding="utf-8")
     assert main(["port-code", str(clean)]) == 0  # default OUT: clean_torch.py

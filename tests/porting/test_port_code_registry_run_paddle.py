@@ -97,14 +97,6 @@ for cache in ("_initial_alpha", "_start_tensor", "_stop_tensor", "_batch_index",
 """
 
 
-# what the marker on `ParamAttr(regularizer=L2Decay(0.0))` asks: no decay of its own (the
-# runs' optimizer has none), the layer's own initializers
-NO_DECAY_BN = (
-    'weight=ParamAttr(\n                name=bn_name + "_scale", regularizer=float(0.0)), '
-    'bias=ParamAttr(\n                name=bn_name + "_offset", regularizer=float(0.0))',
-    "weight=None, bias=None",
-)
-
 # training mode (BatchNorm normalises by the batch: eval mode with fresh statistics lets
 # activations grow to thousands, past Paddle's CPU softmax clip at -64) without dropout;
 # batches whose last feature map has several values per channel (a BatchNorm over two
@@ -162,8 +154,6 @@ CASES = [
         edits=(NO_PRETRAINED,),
         driver="paddle.seed(0)"
         + _steps("GhostNet(0.5, 10)", "H.array(16, 3, 32, 32)", lr=0.0001, mode=TRAIN_NO_DROPOUT),
-        left=("paddle.ParamAttr",),
-        fixes=(NO_DECAY_BN,),
     ),
     Case(
         "ppcls_vision_transformer.py",
@@ -187,10 +177,7 @@ CASES = [
             ("from .sequence import sequence_mask", SEQUENCE_MASK),
         ),
         driver=CRF_STEPS,
-        left=("paddle.ParamAttr",),
-        # the marker on ParamAttr(learning_rate=crf_lr): the runs make it with crf_lr=1.0
         fixes=(
-            ("paddle.ParamAttr(learning_rate=crf_lr)", "None"),
             # Paddle's `a += b` is `a = a + b` (a new tensor, broadcast), PyTorch's is in
             # place: the tool leaves augmented assignments as they are (docs/porting.md)
             ("offsets += unsqueeze_axes(", "offsets = offsets + unsqueeze_axes("),

@@ -345,7 +345,7 @@ def convert_arguments(  # noqa: C901 - one step per rule of a mapping entry, in 
     given = {b.spec.name for b in bound}
     if entry.kind == "expression":
         code_ = _expression(entry, target, refs, filled, given)
-        return Converted(code_, [], imports=refs.imports, inits=inits)
+        return Converted(code_, [], imports=refs.imports, inits=inits, arounds=arounds)
     for spec in entry.args:
         if spec.name in given:
             continue

@@ -19,7 +19,14 @@ from libcst.metadata import (
     QualifiedNameSource,
 )
 
-from polytrain.porting.code import array_functions, blocks, gluon_classes, hybrid, layer_self
+from polytrain.porting.code import (
+    array_functions,
+    blocks,
+    default_dtype,
+    gluon_classes,
+    hybrid,
+    layer_self,
+)
 from polytrain.porting.code.arguments import NO_SPACE, NotConverted, code, convert_arguments
 from polytrain.porting.code.report import Use
 from polytrain.porting.code.table import Entry, Framework
@@ -498,6 +505,8 @@ class PortTransformer(cst.CSTTransformer):
     ) -> cst.BaseExpression:
         entry = found.framework.entries.get(found.name)
         api = found.name
+        if default_dtype.is_default_dtype(api, found.framework):
+            return self._default_dtype(original, updated, found)
         if entry is None:
             self._left(original, api, found.framework.why_not(api) or NOT_IN_TABLE)
             return updated
@@ -531,7 +540,7 @@ class PortTransformer(cst.CSTTransformer):
             made = self._table_code(found.framework, converted.target)
             if converted.inits:
                 return self._initialised(found.framework, made, converted.inits)
-            return made
+            return self._around(found.framework, made, converted.arounds)
         new_args = converted.args
         if original in self._scheduler_of:
             first = cst.Arg(cst.Name(self._scheduler_of[original]))
@@ -546,6 +555,21 @@ class PortTransformer(cst.CSTTransformer):
         call = self._around(found.framework, call, converted.arounds)
         self._done(original, api)
         return self._wrapped(found.framework, call, converted.wraps, converted.before)
+
+    def _default_dtype(
+        self, original: cst.Call, updated: cst.Call, found: Resolved
+    ) -> cst.BaseExpression:
+        """``paddle.get_default_dtype()`` where it is a dtype argument (default_dtype.py)."""
+        arg = self.get_metadata(ParentNodeProvider, original, None)
+        call = self.get_metadata(ParentNodeProvider, arg, None) if arg is not None else None
+        func = call.func if isinstance(call, cst.Call) else None
+        owner = self._resolve(func) if isinstance(func, cst.Name | cst.Attribute) else None
+        target = default_dtype.converted(arg, call, owner.name if owner else None, found.framework)
+        if target is None:
+            self._left(original, found.name, default_dtype.WHY)
+            return updated
+        self._done(original, found.name)
+        return self._table_code(found.framework, target)
 
     def _around(
         self, fw: Framework, call: cst.BaseExpression, arounds: Sequence[tuple[str, str]]
