@@ -42,6 +42,18 @@ def _run(code: str) -> dict[str, Any]:
     return space
 
 
+def _same_block_outputs(source: str, code: str, x: np.ndarray) -> Any:
+    """The block ``make()`` builds in ``source`` (MXNet) and in ``code`` (converted), both
+    float64, give the same outputs on ``x``; the converted net."""
+    block = _run(source)["make"]()
+    block.cast("float64")
+    expected = block(mx.nd.array(x, dtype="float64")).asnumpy()
+    net = _run(code)["make"]().double()
+    got = net(torch.tensor(x)).detach().numpy()
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-10)
+    return net
+
+
 def test_a_loss_subclass_runs_to_mxnets_numbers() -> None:
     """Before: the ``F`` given to ``_reshape_like`` / ``_apply_weighting`` was marked as
     code the tool does not see, and ``nd`` given to them as an unconverted ``mxnet.nd``."""
@@ -105,12 +117,7 @@ def test_block_parameters_are_made_and_initialised_as_gluons() -> None:
     result = convert_source(PARAMS, "params.py")
     assert not [u for u in result.report.uses if not u.converted], result.code
     x = np.random.default_rng(1).standard_normal((2, 3))
-    block = _run(PARAMS)["make"]()
-    block.cast("float64")
-    expected = block(mx.nd.array(x, dtype="float64")).asnumpy()
-    net = _run(result.code)["make"]().double()
-    got = net(torch.tensor(x)).detach().numpy()
-    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-10)
+    net = _same_block_outputs(PARAMS, result.code, x)
     assert net.pos_bias.tolist() == [3.0, 3.0, 3.0] and net.g.tolist() == [0.5]
     assert not net.means.requires_grad and net.g.requires_grad
 
@@ -203,12 +210,7 @@ def test_a_layer_norm_without_its_size_is_made_at_the_first_call() -> None:
     assert "self.ln = GluonLazyLayerNorm()" in result.code
     assert "self.sized = nn.LayerNorm(normalized_shape=3)" in result.code
     x = np.random.default_rng(2).standard_normal((2, 4, 3))
-    block = _run(NORMS)["make"]()
-    block.cast("float64")
-    expected = block(mx.nd.array(x, dtype="float64")).asnumpy()
-    net = _run(result.code)["make"]().double()
-    got = net(torch.tensor(x)).detach().numpy()
-    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-10)
+    net = _same_block_outputs(NORMS, result.code, x)
     assert type(net.ln) is torch.nn.LayerNorm and net.ln.weight.tolist() == [1.0] * 3
 
 
