@@ -602,9 +602,11 @@ import os, sys, time
 from polytrain import BackendInfo, hookimpl
 from polytrain.distributed.supervisor import EngineLauncher
 
-def mark(role):
-    with open(f"{os.environ['FAULT_MARK']}.{role}", "w") as fh:
+def mark(role):  # whole or absent: the test kills as soon as the file exists
+    path = f"{os.environ['FAULT_MARK']}.{role}"
+    with open(path + ".tmp", "w") as fh:
         fh.write(str(os.getpid()))
+    os.replace(path + ".tmp", path)
 
 def stuck(options):  # the probe's import of this backend never ends
     mark("probe")
