@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 
 from polytrain.porting.code import convert_source
 from polytrain.porting.code.hybrid import PARAMETER
+from polytrain.porting.code.table import frameworks, merge
 
 mx = pytest.importorskip("mxnet")
 torch = pytest.importorskip("torch")
@@ -179,6 +181,19 @@ def test_the_symbol_api_is_marked_with_what_to_write() -> None:
     assert all("torch.nn.Module" in why for why in reasons.values()), reasons
     assert "isinstance(names, (str,))" in result.code
     assert "isinstance(y, GluonSymbol)" in result.code
+
+
+def test_two_tables_of_one_framework_keep_both_unconverted_modules() -> None:
+    """A framework split over two table files (Paddle's five) keeps every table's
+    ``[framework.unconverted]`` hints; the merge used to drop them (and would have dropped
+    gluon.toml's symbol hints beside a second mxnet table)."""
+    gluon = frameworks()["mxnet"]
+    extra = dataclasses.replace(
+        gluon, entries={}, methods={}, unconverted={"mxnet.rtc": "compile CUDA yourself"}
+    )
+    both = merge(gluon, extra)
+    assert both.why_not("mxnet.sym.var") == gluon.why_not("mxnet.sym.var") != ""
+    assert both.why_not("mxnet.rtc.CudaModule") == "compile CUDA yourself"
 
 
 NORMS = """from mxnet.gluon import nn

@@ -357,24 +357,26 @@ def frameworks() -> dict[str, Framework]:
     """Every table, by source import root."""
     found = [load_framework(p) for p in sorted(TABLE_DIR.glob("*.toml"))]
     merged: dict[str, Framework] = {}
-    for fw in found:
-        if fw.root in merged:  # several files may hold one framework (e.g. its 1.x API)
-            old = merged[fw.root]
-            twice = (set(old.entries) & set(fw.entries)) | (set(old.methods) & set(fw.methods))
-            if twice:
-                raise ConfigError(f"{sorted(twice)[0]} is in two port-code tables.")
-            fw = Framework(
-                old.name, old.root, old.target_root, {**old.modules, **fw.modules},
-                old.sequential or fw.sequential, {**old.entries, **fw.entries},
-                {**old.methods, **fw.methods}, {**old.same, **fw.same},
-                {**old.helpers, **fw.helpers}, (*old.list_methods, *fw.list_methods),
-                old.init_helper or fw.init_helper, (*old.transposed, *fw.transposed),
-                old.grad_update or fw.grad_update, old.module_parameter or fw.module_parameter,
-                old.module_parameter_as or fw.module_parameter_as,
-                (*old.layer_classes, *fw.layer_classes),
-            )  # fmt: skip
-        merged[fw.root] = fw
+    for fw in found:  # several files may hold one framework (e.g. its 1.x API)
+        merged[fw.root] = merge(merged[fw.root], fw) if fw.root in merged else fw
     return merged
+
+
+def merge(old: Framework, fw: Framework) -> Framework:
+    """Two tables of one framework as one: every field of both (an API in both refused)."""
+    twice = (set(old.entries) & set(fw.entries)) | (set(old.methods) & set(fw.methods))
+    if twice:
+        raise ConfigError(f"{sorted(twice)[0]} is in two port-code tables.")
+    return Framework(
+        old.name, old.root, old.target_root, {**old.modules, **fw.modules},
+        old.sequential or fw.sequential, {**old.entries, **fw.entries},
+        {**old.methods, **fw.methods}, {**old.same, **fw.same},
+        {**old.helpers, **fw.helpers}, (*old.list_methods, *fw.list_methods),
+        old.init_helper or fw.init_helper, (*old.transposed, *fw.transposed),
+        old.grad_update or fw.grad_update, old.module_parameter or fw.module_parameter,
+        old.module_parameter_as or fw.module_parameter_as,
+        (*old.layer_classes, *fw.layer_classes), {**old.unconverted, **fw.unconverted},
+    )  # fmt: skip
 
 
 def all_entries(root: str | None = None) -> list[Entry]:
