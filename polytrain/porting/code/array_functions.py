@@ -8,6 +8,8 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 
 import libcst as cst
 
+from polytrain.porting.code.arguments import code
+from polytrain.porting.code.layer_self import enclosing_method
 from polytrain.porting.code.table import Entry, Framework
 
 NUMPY_MODULES = ("numpy.", "mxnet.np.", "mxnet.numpy.")  # where ``np.int32`` is numpy's type
@@ -69,7 +71,7 @@ class _Bindings(cst.CSTVisitor):
             self._bind(name)
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        this = code_of(node.value) == "sys.modules[__name__]"
+        this = code(node.value).strip() == "sys.modules[__name__]"
         if this and self.depth == 0 and len(node.targets) == 1:
             target = node.targets[0].target
             if isinstance(target, cst.Name):
@@ -90,10 +92,6 @@ def _names_in(target: cst.BaseExpression) -> list[str]:
     if isinstance(target, cst.Tuple | cst.List):
         return [n for e in target.elements for n in _names_in(e.value)]
     return []
-
-
-def code_of(node: cst.CSTNode) -> str:
-    return cst.Module(body=[]).code_for_node(node).strip()
 
 
 def module_itself(module: cst.Module) -> set[str]:
@@ -127,17 +125,11 @@ def in_block_method(
 ) -> bool:
     """``node`` is in a method (``self`` first, not nested in another function) of one of
     ``blocks`` (the file's Gluon blocks, PyTorch modules once converted)."""
-    current = parent(node)
-    while current is not None and not isinstance(current, cst.FunctionDef | cst.Lambda):
-        current = parent(current)
-    if not isinstance(current, cst.FunctionDef) or current.decorators:
+    method = enclosing_method(node, parent)
+    if method is None or method[0].decorators:
         return False
-    params = current.params.params
-    if not params or params[0].name.value != "self":
-        return False
-    block = parent(current)
-    cls = parent(block) if isinstance(block, cst.IndentedBlock) else None
-    return isinstance(cls, cst.ClassDef) and cls in blocks
+    params = method[0].params.params
+    return bool(params) and params[0].name.value == "self" and method[1] in blocks
 
 
 def with_mode(entry: Entry, args: Sequence[cst.Arg], in_block: bool) -> list[cst.Arg]:

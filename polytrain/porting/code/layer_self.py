@@ -62,20 +62,32 @@ def _is_layer(
     return bool(local) and all(c in layers for c in local)
 
 
-def self_of_layer(name: cst.Name, parent: Parent, layers: set[cst.ClassDef]) -> bool:
-    """``name`` is the first parameter of the method (not a static or class method) of a
-    layer class that it is used in, directly (not in a function nested in the method)."""
-    current: cst.CSTNode | None = parent(name)
+def enclosing_method(
+    node: cst.CSTNode, parent: Parent
+) -> tuple[cst.FunctionDef, cst.ClassDef] | None:
+    """The function ``node`` is directly in (not in a lambda or a function nested in it)
+    and its class, where it is defined in a class body; None elsewhere."""
+    current = parent(node)
     while current is not None and not isinstance(current, cst.FunctionDef | cst.Lambda):
         current = parent(current)
     if not isinstance(current, cst.FunctionDef):
-        return False
-    params = current.params.params
-    if not params or params[0].name.value != name.value or _decorated(current):
-        return False
+        return None
     block = parent(current)
     cls = parent(block) if isinstance(block, cst.IndentedBlock) else None
-    return isinstance(cls, cst.ClassDef) and cls in layers
+    return (current, cls) if isinstance(cls, cst.ClassDef) else None
+
+
+def self_of_layer(name: cst.Name, parent: Parent, layers: set[cst.ClassDef]) -> bool:
+    """``name`` is the first parameter of the method (not a static or class method) of a
+    layer class that it is used in, directly (not in a function nested in the method)."""
+    method = enclosing_method(name, parent)
+    if method is None:
+        return False
+    func, cls = method
+    params = func.params.params
+    if not params or params[0].name.value != name.value or _decorated(func):
+        return False
+    return cls in layers
 
 
 def _decorated(func: cst.FunctionDef) -> bool:

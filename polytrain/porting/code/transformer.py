@@ -220,8 +220,7 @@ class PortTransformer(cst.CSTTransformer):
             and isinstance(small.value, cst.Call)
         ):
             return None
-        found = self._resolve(small.value.func)
-        entry = found.framework.entries.get(found.name) if found else None
+        entry = self._entry_named(small.value.func)
         if entry is None:
             return None
         return small.targets[0].target.value, small.value, entry
@@ -424,16 +423,19 @@ class PortTransformer(cst.CSTTransformer):
         home = found.framework.sequential.rpartition(".")[0] if found else ""
         return entry is not None and bool(home) and entry.target.startswith(home + ".")
 
-    def _entry_of(self, call: cst.Call) -> Entry | None:
-        found = self._resolve(call.func)
+    def _entry_named(self, node: cst.BaseExpression) -> Entry | None:
+        """The table entry of the framework API ``node`` names, if any."""
+        found = self._resolve(node)
         return found.framework.entries.get(found.name) if found else None
+
+    def _entry_of(self, call: cst.Call) -> Entry | None:
+        return self._entry_named(call.func)
 
     def _dropped_argument(self, node: cst.Name | cst.Attribute) -> bool:
         return bool(gluon_classes.taken_by_entries([node], self._parent, self._entry_of))
 
     def _subclass_kwargs(self, base: cst.BaseExpression) -> str:
-        found = self._resolve(base)
-        entry = found.framework.entries.get(found.name) if found else None
+        entry = self._entry_named(base)
         return entry.subclass_kwargs if entry else ""
 
     def leave_FunctionDef(
@@ -560,8 +562,8 @@ class PortTransformer(cst.CSTTransformer):
         self, original: cst.Call, updated: cst.Call, found: Resolved
     ) -> cst.BaseExpression:
         """``paddle.get_default_dtype()`` where it is a dtype argument (default_dtype.py)."""
-        arg = self.get_metadata(ParentNodeProvider, original, None)
-        call = self.get_metadata(ParentNodeProvider, arg, None) if arg is not None else None
+        arg = self._parent(original)
+        call = self._parent(arg) if arg is not None else None
         func = call.func if isinstance(call, cst.Call) else None
         owner = self._resolve(func) if isinstance(func, cst.Name | cst.Attribute) else None
         target = default_dtype.converted(arg, call, owner.name if owner else None, found.framework)
