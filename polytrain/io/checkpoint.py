@@ -294,11 +294,16 @@ def _recover(target: Path) -> None:
 # -- reading --------------------------------------------------------------------------------------
 
 
+def _run_dirs(path: Path) -> list[Path]:
+    """The run folders ``path`` may name: itself, and its parent if it is ``checkpoints``."""
+    return [path] + ([path.parent] if path.name == "checkpoints" else [])
+
+
 def run_folder(path: PathLike) -> Path | None:
     """The run folder ``path`` names (itself, or the parent of its ``checkpoints/``), where
     ``train --resume`` goes on writing; None for a checkpoint directory itself."""
     path = Path(path)
-    for folder in [path] + ([path.parent] if path.name == "checkpoints" else []):
+    for folder in _run_dirs(path):
         if (folder / "checkpoints").is_dir() and not (folder / MANIFEST_FILE).is_file():
             return folder
     return None
@@ -310,7 +315,7 @@ def find_checkpoint(path: PathLike) -> Path:
     path = Path(path)
     if (path / MANIFEST_FILE).is_file():
         return path
-    for run_dir in [path] + ([path.parent] if path.name == "checkpoints" else []):
+    for run_dir in _run_dirs(path):
         checkpoints = run_dir / "checkpoints"
         if (checkpoints / "latest").exists() or _step_dirs(checkpoints):
             found = CheckpointManager(run_dir).latest()
