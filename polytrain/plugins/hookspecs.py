@@ -95,3 +95,12 @@ def polytrain_epoch_end(run: RunInfo, epoch: EpochRecord, control: TrainControl)
 @hookspec
 def polytrain_train_end(run: RunInfo, summary: Summary, control: TrainControl) -> None:
     """Training finished (also after an interruption that saved a checkpoint)."""
+
+
+@hookspec
+def polytrain_checkpoint_saved(
+    run: RunInfo, path: str, global_step: int, control: TrainControl
+) -> None:
+    """A checkpoint of the state after ``global_step`` steps was written to ``path``
+    (rank 0; the other ranks save nothing). A resume starts from it: what a plugin wrote
+    about later steps is redone then."""

@@ -26,7 +26,8 @@ class RunInfo:
     recipe: dict[str, Any] = field(default_factory=dict)
     out_dir: str | None = None
     start_epoch: int = 0
-    start_step: int = 0
+    start_step: int = 0  # steps of the start epoch done before (a resume mid-epoch)
+    start_global_step: int = 0  # steps done before this run (the checkpoint resumed)
     fast: bool = False  # compiled execution (hybridize, torch.compile, to_static)
     fast_reason: str = ""  # why compiled or eager (polytrain.training.compile_decision)
     data: dict[str, Any] = field(default_factory=dict)  # per split: the folder and files read

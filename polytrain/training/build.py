@@ -89,6 +89,8 @@ def describe_run(
     choice: CompileChoice,
     out_dir: Path | None,
     start_epoch: int,
+    start_step: int = 0,
+    start_global_step: int = 0,
     data: Datasets,
 ) -> RunInfo:
     """What a run is: printed as its header and written first in the metrics file."""
@@ -112,5 +114,7 @@ def describe_run(
         recipe=recipe.to_dict(),
         out_dir=str(out_dir) if out_dir else None,
         start_epoch=start_epoch,
+        start_step=start_step,
+        start_global_step=start_global_step,
         data=data.origins(),
     )

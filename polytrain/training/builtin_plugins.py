@@ -16,6 +16,7 @@ from typing import IO, Any
 from polytrain.neutral.losses import parse_metric
 from polytrain.plugins.hookspecs import hookimpl
 from polytrain.plugins.records import EpochRecord, RunInfo, StepRecord, Summary
+from polytrain.utils.fileio import atomic_write_text
 
 
 def compile_label(run: RunInfo) -> str:
@@ -120,8 +121,10 @@ def lr_policy(recipe: dict[str, Any]) -> str:
 
 class JsonlLogger:
     """Appends one JSON object per event to ``path`` (rank 0 only). Start, epoch and end
-    lines are flushed at once; step lines at least every ``flush_seconds`` (``tail -f``
-    shows a run as it goes; a killed run keeps every finished epoch)."""
+    lines are flushed at once; step lines at least every ``flush_seconds`` and whenever a
+    checkpoint is saved (``tail -f`` shows a run as it goes; a killed run keeps every
+    step up to its last checkpoint). A resume drops the lines of the steps and epochs it
+    redoes, so each step is in the file once."""
 
     def __init__(self, path: str | os.PathLike[str], flush_seconds: float = 1.0) -> None:
         self.path = Path(path)
@@ -145,7 +148,14 @@ class JsonlLogger:
     @hookimpl
     def polytrain_train_start(self, run: RunInfo) -> None:
         if run.is_main:
+            if run.start_global_step or run.start_epoch:
+                drop_redone_records(self.path, run.start_global_step, run.start_epoch)
             self._write({"event": "start", **run.to_dict()}, flush=True)
+
+    @hookimpl
+    def polytrain_checkpoint_saved(self) -> None:
+        if self._fh is not None:  # every step a resume will not redo is on disk
+            self._fh.flush()
 
     @hookimpl
     def polytrain_step_end(self, run: RunInfo, step: StepRecord) -> None:
@@ -164,6 +174,33 @@ class JsonlLogger:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+
+
+def drop_redone_records(path: Path, global_step: int, epoch: int) -> None:
+    """Rewrite the metrics file ``path`` (atomically) without the step records past
+    ``global_step`` and the epoch records from ``epoch`` (0-based) on: what a resume from
+    the checkpoint of ``global_step`` redoes, written after it by the run a kill ended.
+    A line that is not whole JSON (the kill cut it) goes too."""
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not _redone(record, global_step, epoch):
+            kept.append(line)
+    atomic_write_text(path, "".join(f"{line}\n" for line in kept))
+
+
+def _redone(record: object, global_step: int, epoch: int) -> bool:
+    if not isinstance(record, dict):
+        return True
+    event, step, done = record.get("event"), record.get("global_step"), record.get("epoch")
+    if event == "step" and isinstance(step, int):
+        return step > global_step
+    return event == "epoch" and isinstance(done, int) and done >= epoch
 
 
 def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

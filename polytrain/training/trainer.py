@@ -108,6 +108,7 @@ class Trainer:
         )
         self.devices = self.backend.devices(recipe.devices, cluster=self.cluster)  # gpu: rank's
         self.watchdog: Watchdog | None = None
+        self.header: RunInfo | None = None  # the run_info() of fit(), once it started
         if self.cluster.is_distributed:
             job = f"a distributed job ({self.cluster.world_size} processes)"
             collectives = Collectives.required(self.backend, job)
@@ -153,6 +154,8 @@ class Trainer:
         return describe_run(self.recipe, self.backend, self.model, self.devices,
                             steps_per_epoch=len(self.loader), choice=self.compile_choice,
                             out_dir=self.out_dir, start_epoch=self.position.epoch,
+                            start_step=self.position.partial.step,
+                            start_global_step=self.position.global_step,
                             data=self.data)  # fmt: skip
 
     def fit(self) -> Summary:
@@ -170,7 +173,7 @@ class Trainer:
             self.folder.release()
 
     def _fit(self) -> Summary:
-        run = self.run_info()
+        run = self.header = self.run_info()
         self.hooks.polytrain_train_start(run=run, control=self.control)
         start = time.perf_counter()
         stop_reason = "completed"
@@ -294,7 +297,13 @@ class Trainer:
         """Save the whole training state (rank 0, when there is an output directory) once
         its tensors are found finite; every process calls it."""
         self._read_metrics()  # every process: the partial-epoch sums must be whole
-        return self.checkpoints.save_run()
+        path = self.checkpoints.save_run()
+        if path is not None and self.header is not None:
+            self.hooks.polytrain_checkpoint_saved(
+                run=self.header, path=str(path), global_step=self.position.global_step,
+                control=self.control,
+            )  # fmt: skip
+        return path
 
     def restore(self, checkpoint: Checkpoint) -> None:
         """Continue from a checkpoint written by any backend, on any device count."""

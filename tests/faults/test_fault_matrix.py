@@ -37,6 +37,7 @@ from polytrain.io.convert import read_weights
 from polytrain.io.run_dir import LOCK_FILE
 from polytrain.neutral.models import get_model_spec
 from polytrain.testing import backends_under_test
+from polytrain.training.builtin_plugins import read_metrics
 
 TINY = ["--train-samples", "64", "--test-samples", "32", "--batch-size", "32", "--epochs",
         "1", "--quiet"]  # fmt: skip
@@ -250,6 +251,9 @@ def test_train_sigkill(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     code = main(["train", "--backend", "numpy", "--quiet", "--resume", str(out)])
     assert code == 0, capsys.readouterr().err
     assert leftovers(out) == []  # the resumed run cleaned what the kill left
+    records = read_metrics(out / "metrics.jsonl")
+    steps = [r["global_step"] for r in records if r["event"] == "step"]
+    assert steps == list(range(1, 101))  # each step once: none lost to the kill, none twice
 
 
 def test_train_resume_goes_on_in_its_run_folder(

@@ -192,6 +192,7 @@ def test_every_hookspec_is_documented_and_prefixed() -> None:
         "polytrain_step_end",
         "polytrain_epoch_end",
         "polytrain_train_end",
+        "polytrain_checkpoint_saved",
     }
     for name in specs:
         assert (getattr(hookspecs, name).__doc__ or "").strip(), name
