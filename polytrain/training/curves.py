@@ -82,11 +82,17 @@ class TensorBoardLogger:
         self._writer_class = SummaryWriter
         self.log_dir = Path(log_dir)
         self._writer: Any = None
+        self._resumed_at = 0  # the global step a resumed run starts from
 
     def _w(self) -> Any:
-        if self._writer is None:
-            self._writer = self._writer_class(logdir=str(self.log_dir))
+        if self._writer is None:  # a resume hides the events of the steps it redoes
+            purge = self._resumed_at + 1 if self._resumed_at else None
+            self._writer = self._writer_class(logdir=str(self.log_dir), purge_step=purge)
         return self._writer
+
+    @hookimpl
+    def polytrain_train_start(self, run: RunInfo) -> None:
+        self._resumed_at = run.start_global_step
 
     @hookimpl
     def polytrain_step_end(self, run: RunInfo, step: StepRecord) -> None:

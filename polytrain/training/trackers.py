@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import importlib.util
+import io
 import json
 import logging
 import os
@@ -117,7 +118,8 @@ OLD_EPOCH_COLUMNS = {
 
 class CsvLogger:
     """One row per step in ``steps.csv`` and per epoch in ``epochs.csv`` (header once;
-    appended on --resume), flushed at each epoch end. Rank 0 only."""
+    appended on --resume, without the rows of what the resume redoes), flushed at each
+    epoch end and checkpoint. Rank 0 only."""
 
     STEP_COLUMNS = tuple(f.name for f in fields(StepRecord) if f.name != "extra")
     EPOCH_COLUMNS = tuple(f.name for f in fields(EpochRecord))
@@ -153,9 +155,20 @@ class CsvLogger:
         return self._files[name][1]
 
     @hookimpl
+    def polytrain_train_start(self, run: RunInfo) -> None:
+        if run.is_main and (run.start_global_step or run.start_epoch):
+            drop_redone_rows(self.out_dir / STEPS_CSV, "global_step", run.start_global_step + 1)
+            drop_redone_rows(self.out_dir / EPOCHS_CSV, "epoch", run.start_epoch)
+
+    @hookimpl
     def polytrain_step_end(self, run: RunInfo, step: StepRecord) -> None:
         if run.is_main:
             self._writer(STEPS_CSV, self.STEP_COLUMNS).writerow(step.to_dict())
+
+    @hookimpl
+    def polytrain_checkpoint_saved(self) -> None:
+        for fh, _ in self._files.values():  # every row a resume will not redo is on disk
+            fh.flush()
 
     @hookimpl
     def polytrain_epoch_end(self, run: RunInfo, epoch: EpochRecord) -> None:
@@ -174,6 +187,26 @@ class CsvLogger:
         for fh, _ in self._files.values():
             fh.close()
         self._files.clear()
+
+
+def drop_redone_rows(path: Path, column: str, first_redone: int) -> None:
+    """Rewrite the CSV file ``path`` (atomically) without the rows whose ``column`` is
+    ``first_redone`` or more, and a last row a kill cut short; a missing file stays so."""
+    if not path.is_file():
+        return
+    with open(path, encoding="utf-8", newline="") as fh:
+        rows = list(csv.reader(fh))
+    if not rows or column not in rows[0]:
+        return
+    at = rows[0].index(column)
+    kept = [rows[0]] + [
+        row for row in rows[1:]
+        if len(row) == len(rows[0]) and row[at].isdigit() and int(row[at]) < first_redone
+    ]  # fmt: skip
+    if len(kept) < len(rows):
+        text = io.StringIO()
+        csv.writer(text).writerows(kept)
+        atomic_write_text(path, text.getvalue())
 
 
 def param_text(value: Any) -> str:

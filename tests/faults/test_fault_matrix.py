@@ -15,11 +15,13 @@ every backend under test. Signal cells run real ``python -m polytrain`` processe
 from __future__ import annotations
 
 import contextlib
+import csv
 import fcntl
 import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -81,6 +83,23 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120) -> 
 def steps_logged(out: Path) -> int:
     metrics = out / "metrics.jsonl"
     return metrics.read_text().count('"event": "step"') if metrics.exists() else 0
+
+
+def tensorboard_purges(folder: Path) -> list[int]:
+    """The steps from which TensorBoard drops earlier events: its event files' session
+    starts (a TFRecord: length, its CRC, the ``Event``, its CRC)."""
+    from tensorboardX.proto.event_pb2 import Event, SessionLog
+
+    purges = []
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        data = path.read_bytes()
+        while data:
+            (length,) = struct.unpack("<Q", data[:8])
+            event = Event.FromString(data[12 : 12 + length])
+            data = data[16 + length :]
+            if event.HasField("session_log") and event.session_log.status == SessionLog.START:
+                purges.append(event.step)
+    return purges
 
 
 def lock_is_free(folder: Path) -> bool:
@@ -240,7 +259,8 @@ def test_train_sigterm(backend_name: str, tmp_path: Path) -> None:
 def test_train_sigkill(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
     proc = polytrain("train", "--backend", "numpy", *LONG, "--train-samples", "3200",
-                     "--checkpoint-every", "3", "--out", out)  # fmt: skip
+                     "--checkpoint-every", "3", "--log", "csv,tensorboard",
+                     "--out", out)  # fmt: skip
     wait_for(lambda: steps_logged(out) >= 10, "10 steps")
     proc.send_signal(signal.SIGKILL)
     finish(proc)
@@ -248,12 +268,18 @@ def test_train_sigkill(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     latest = CheckpointManager(out).latest()
     assert latest is not None and load_checkpoint(latest).position["global_step"] >= 3
     assert lock_is_free(out)  # the kernel dropped the dead run's lock
-    code = main(["train", "--backend", "numpy", "--quiet", "--resume", str(out)])
+    resumed_at = load_checkpoint(latest).position["global_step"]
+    code = main(["train", "--backend", "numpy", "--quiet", "--log", "csv,tensorboard",
+                 "--resume", str(out)])  # fmt: skip
     assert code == 0, capsys.readouterr().err
     assert leftovers(out) == []  # the resumed run cleaned what the kill left
     records = read_metrics(out / "metrics.jsonl")
     steps = [r["global_step"] for r in records if r["event"] == "step"]
     assert steps == list(range(1, 101))  # each step once: none lost to the kill, none twice
+    with open(out / "steps.csv", newline="") as fh:
+        assert [int(row["global_step"]) for row in csv.DictReader(fh)] == steps
+    # TensorBoard hides the killed run's events from the first step redone on
+    assert resumed_at + 1 in tensorboard_purges(out / "tensorboard")
 
 
 def test_train_resume_goes_on_in_its_run_folder(
