@@ -35,7 +35,7 @@ import random
 import runpy
 import struct
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -263,3 +263,57 @@ def run(
                 sys.modules.pop(k, None)
             else:
                 sys.modules[k] = v
+
+
+# -- what the corpus-run tests share ------------------------------------------------------
+
+
+def with_harness(text: str, edits: Iterable[tuple[str, str]], driver: str, name: str) -> str:
+    """``text`` (the file ``name``) with a case's ``edits``, ``import corpus_harness as H``
+    after its ``__future__`` imports and the case's ``driver`` at the end."""
+    for old, new in edits:
+        assert old in text, f"{name}: {old!r} is not in it"
+        text = text.replace(old, new)
+    lines = text.splitlines(keepends=True)
+    at = max((i + 1 for i, x in enumerate(lines) if x.startswith("from __future__")), default=0)
+    head, tail = "".join(lines[:at]), "".join(lines[at:])
+    return f"{head}import corpus_harness as H\n{tail}\n{driver}"
+
+
+def converted_code(
+    text: str, name: str, left: Iterable[str], fixes: Iterable[tuple[str, str]]
+) -> str:
+    """``text`` converted by port-code, which leaves exactly the calls ``left`` unconverted,
+    with the ``fixes`` their markers ask for applied as the user would."""
+    from polytrain.porting.code import convert_source
+
+    result = convert_source(text, name)
+    assert {u.api for u in result.report.uses if not u.converted} == set(left)
+    code = result.code
+    for old, new in fixes:
+        assert old in code, f"{name}: {old!r} is not in the converted code"
+        code = code.replace(old, new)
+    return code
+
+
+def harness_pair(framework: str, tmp: Path, dtype: str = "float32") -> tuple[Harness, Harness]:
+    """The original's harness (on ``framework``) and the converted one's (PyTorch), each in
+    its own folder under ``tmp``, sharing one :class:`Store`."""
+    store = Store()
+    folders = tmp / "original", tmp / "converted"
+    for folder in folders:
+        folder.mkdir()
+    return Harness(framework, store, folders[0], dtype), Harness("torch", store, folders[1], dtype)
+
+
+def assert_same_losses(original: Harness, converted: Harness, tolerance: float) -> None:
+    """Both runs recorded the same number (>= 3) of losses, which change, equal to
+    ``tolerance`` relative to max(1, |loss|)."""
+    want, got = np.array(original.losses), np.array(converted.losses)
+    assert len(want) == len(got) >= 3, (len(want), len(got))
+    assert len(set(want.tolist())) > 1  # it trains: the losses change
+    diff = np.abs(want - got) / np.maximum(1.0, np.abs(want))
+    worst = int(diff.argmax())
+    assert diff[worst] <= tolerance, (
+        f"step {worst + 1} of {len(want)}: {want[worst]!r} vs {got[worst]!r}"
+    )

@@ -16,19 +16,22 @@ benchmarks.port_code_corpus --gather MIRRORS`` has written them."""
 from __future__ import annotations
 
 import contextlib
-import re
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-from port_code_corpus_harness import Harness, Store, run
+from port_code_corpus_harness import (
+    assert_same_losses,
+    converted_code,
+    harness_pair,
+    run,
+    with_harness,
+)
 
 from benchmarks import port_code_corpus as corpus
-from polytrain.porting.code import convert_source
 
 torch = pytest.importorskip("torch")
 
@@ -290,12 +293,7 @@ GATHERED = all(corpus.corpus_path(e).exists() for e in corpus.manifest())
 def edited(case: Case) -> str:
     """The corpus file with the case's edits, the harness imported first."""
     text = corpus.corpus_path(_entry(case)).read_text(encoding="utf-8")
-    for old, new in case.edits:
-        assert old in text, f"{case.file}: {old!r} is not in it"
-        text = text.replace(old, new)
-    futures = list(re.finditer(r"^from __future__ import .*\n", text, re.M))
-    at = futures[-1].end() if futures else 0
-    return f"{text[:at]}import corpus_harness as H\n{text[at:]}\n{case.driver}"
+    return with_harness(text, case.edits, case.driver, case.file)
 
 
 @contextlib.contextmanager
@@ -357,18 +355,9 @@ def test_converted_corpus_file_trains_with_the_originals_losses(
     pytest.importorskip(case.framework)
     monkeypatch.setenv("MPLBACKEND", "Agg")
     text = edited(case)
-    result = convert_source(text, case.file)
-    assert {u.api for u in result.report.uses if not u.converted} == set(case.left)
-    code = result.code
-    for old, new in case.fixes:
-        assert old in code, f"{case.file}: {old!r} is not in the converted code"
-        code = code.replace(old, new)
-    store = Store()
-    folders = tmp_path / "original", tmp_path / "converted"
-    for folder in folders:
-        folder.mkdir()
-    original = Harness(case.framework, store, folders[0], case.dtype)
-    converted = Harness("torch", store, folders[1], case.dtype)
+    code = converted_code(text, case.file, case.left, case.fixes)
+    original, converted = harness_pair(case.framework, tmp_path, case.dtype)
+    folders = original.folder, converted.folder
     modules = {}
     if case.framework == "mxnet":
         _mxnet_files(monkeypatch)
@@ -381,11 +370,4 @@ def test_converted_corpus_file_trains_with_the_originals_losses(
     monkeypatch.setenv("MXNET_HOME", str(folders[1]))
     with _default_dtype("torch", case.dtype):
         run(code, converted, "converted.py")
-    want, got = np.array(original.losses), np.array(converted.losses)
-    assert len(want) == len(got) >= 3, (len(want), len(got))
-    assert len(set(want.tolist())) > 1  # it trains: the losses change
-    diff = np.abs(want - got) / np.maximum(1.0, np.abs(want))
-    worst = int(diff.argmax())
-    assert diff[worst] <= case.tolerance, (
-        f"step {worst + 1} of {len(want)}: {want[worst]!r} vs {got[worst]!r}"
-    )
+    assert_same_losses(original, converted, case.tolerance)

@@ -15,17 +15,20 @@ is set (CI)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-import numpy as np
 import pytest
-from port_code_corpus_harness import Harness, Store, run
+from port_code_corpus_harness import (
+    assert_same_losses,
+    converted_code,
+    harness_pair,
+    run,
+    with_harness,
+)
 from test_port_code_corpus import registry_file
 from test_port_code_corpus_run import Case, _default_dtype
 
 from benchmarks import port_code_corpus as corpus
-from polytrain.porting.code import convert_source
 
 torch = pytest.importorskip("torch")
 
@@ -120,12 +123,7 @@ def _entry(case: Case) -> dict[str, str]:
 def edited(case: Case) -> str:
     """The registry file with the case's edits, the harness imported first."""
     text = registry_file(_entry(case)).read_text(encoding="utf-8")
-    for old, new in case.edits:
-        assert old in text, f"{case.file}: {old!r} is not in it"
-        text = text.replace(old, new)
-    futures = list(re.finditer(r"^from __future__ import .*\n", text, re.M))
-    at = futures[-1].end() if futures else 0
-    return f"{text[:at]}import corpus_harness as H\n{text[at:]}\n{case.driver}"
+    return with_harness(text, case.edits, case.driver, case.file)
 
 
 @pytest.mark.slow
@@ -136,26 +134,9 @@ def test_converted_registry_file_trains_with_the_originals_losses(
 ) -> None:
     pytest.importorskip("mxnet")
     text = edited(case)
-    result = convert_source(text, case.file)
-    assert {u.api for u in result.report.uses if not u.converted} == set(case.left)
-    code = result.code
-    for old, new in case.fixes:
-        assert old in code, f"{case.file}: {old!r} is not in the converted code"
-        code = code.replace(old, new)
-    store = Store()
-    folders = tmp_path / "original", tmp_path / "converted"
-    for folder in folders:
-        folder.mkdir()
-    original = Harness("mxnet", store, folders[0], case.dtype)
-    converted = Harness("torch", store, folders[1], case.dtype)
+    code = converted_code(text, case.file, case.left, case.fixes)
+    original, converted = harness_pair("mxnet", tmp_path, case.dtype)
     run(text, original, "original.py")
     with _default_dtype("torch", case.dtype):
         run(code, converted, "converted.py")
-    want, got = np.array(original.losses), np.array(converted.losses)
-    assert len(want) == len(got) >= 3, (len(want), len(got))
-    assert len(set(want.tolist())) > 1  # it trains: the losses change
-    diff = np.abs(want - got) / np.maximum(1.0, np.abs(want))
-    worst = int(diff.argmax())
-    assert diff[worst] <= case.tolerance, (
-        f"step {worst + 1} of {len(want)}: {want[worst]!r} vs {got[worst]!r}"
-    )
+    assert_same_losses(original, converted, case.tolerance)

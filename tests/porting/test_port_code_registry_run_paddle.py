@@ -19,12 +19,16 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pytest
-from port_code_corpus_harness import Harness, Store, run
+from port_code_corpus_harness import (
+    assert_same_losses,
+    converted_code,
+    harness_pair,
+    run,
+    with_harness,
+)
 
 from benchmarks import port_code_corpus as corpus
-from polytrain.porting.code import convert_source
 
 paddle = pytest.importorskip("paddle")
 torch = pytest.importorskip("torch")
@@ -205,13 +209,7 @@ def registry_text(name: str) -> str:
 
 
 def edited(case: Case) -> str:
-    text = registry_text(case.name)
-    for old, new in case.edits:
-        assert old in text, f"{case.name}: {old!r} is not in it"
-        text = text.replace(old, new)
-    lines = text.splitlines(keepends=True)
-    at = max((i + 1 for i, x in enumerate(lines) if x.startswith("from __future__")), default=0)
-    return "".join(lines[:at]) + "import corpus_harness as H\n" + "".join(lines[at:]) + case.driver
+    return with_harness(registry_text(case.name), case.edits, case.driver, case.name)
 
 
 @pytest.mark.slow
@@ -221,24 +219,9 @@ def test_converted_registry_file_trains_with_the_originals_losses(
     case: Case, tmp_path: Path
 ) -> None:
     text = edited(case)
-    result = convert_source(text, case.name)
-    assert {u.api for u in result.report.uses if not u.converted} == set(case.left)
-    code = result.code
-    for old, new in case.fixes:
-        assert old in code, f"{case.name}: {old!r} is not in the converted code"
-        code = code.replace(old, new)
-    store = Store()
-    folders = tmp_path / "original", tmp_path / "converted"
-    for folder in folders:
-        folder.mkdir()
-    original = Harness("paddle", store, folders[0])
-    converted = Harness("torch", store, folders[1])
+    code = converted_code(text, case.name, case.left, case.fixes)
+    original, converted = harness_pair("paddle", tmp_path)
     with paddle.utils.unique_name.guard():  # the files name their parameters: fresh names
         run(text, original, "original.py")
     run(code, converted, "converted.py")
-    want, got = np.array(original.losses), np.array(converted.losses)
-    assert len(want) == len(got) >= 3, (len(want), len(got))
-    assert len(set(want.tolist())) > 1  # it trains: the losses change
-    diff = np.abs(want - got) / np.maximum(1.0, np.abs(want))
-    worst = int(diff.argmax())
-    assert diff[worst] <= FP32, f"step {worst + 1}: {want[worst]!r} vs {got[worst]!r}"
+    assert_same_losses(original, converted, FP32)
