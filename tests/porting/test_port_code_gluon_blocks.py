@@ -141,3 +141,66 @@ def test_predict_mode_around_other_calls_stays_marked(body: str) -> None:
     assert "gluon_predict_mode" not in result.code
     left = {u.api for u in result.report.uses if not u.converted}
     assert "mxnet.autograd.predict_mode" in left
+
+
+# ---- nn.Dense(..., params=other.params): tied weights ---------------------------------------
+
+TIED = """
+class Net(nn.Block):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.embedding = nn.Sequential()
+        self.embedding.add(nn.Embedding(5, 3))
+        self.decoder = nn.Dense(5, flatten=False, params=self.embedding[0].params)
+
+    def forward(self, x):
+        return self.decoder(self.embedding(x))
+"""
+
+
+def _run_tied(code: str, framework: str) -> tuple[np.ndarray, ...]:
+    """The tied model's output and its weight's and bias's gradients on set weights."""
+    rng = np.random.default_rng(0)
+    weight, bias = rng.standard_normal((5, 3)), rng.standard_normal(5)
+    tokens = np.array([[0, 4, 2], [1, 1, 3]])
+    space: dict[str, Any] = {}
+    exec(code, space)
+    net = space["Net"]()
+    if framework == "mxnet":
+        net.initialize()
+        net.cast("float64")
+        net(nd.array(tokens))  # the deferred shapes
+        assert net.decoder.weight is net.embedding[0].weight
+        net.embedding[0].weight.set_data(nd.array(weight, dtype="float64"))
+        net.decoder.bias.set_data(nd.array(bias, dtype="float64"))
+        with autograd.record():
+            out = net(nd.array(tokens))
+        out.backward()
+        grads = net.decoder.weight.grad().asnumpy(), net.decoder.bias.grad().asnumpy()
+        return out.asnumpy(), *grads
+    net.double()
+    assert net.decoder.weight is net.embedding[0].weight
+    with torch.no_grad():
+        net.embedding[0].weight.copy_(torch.tensor(weight))
+        net.decoder.bias.copy_(torch.tensor(bias))
+    out = net(torch.tensor(tokens))
+    out.sum().backward()
+    grads = net.decoder.weight.grad.numpy(), net.decoder.bias.grad.numpy()
+    return out.detach().numpy(), *grads
+
+
+def test_dense_with_another_blocks_params_ties_the_weight() -> None:
+    """``nn.Dense(vocab, flatten=False, params=embedding.params)`` (a language model's
+    tied decoder): the Linear's weight is the embedding's, its bias its own."""
+    code = convert_source(HEADER + TIED, "lm.py").code
+    assert "gluon_shared(nn.LazyLinear(out_features=5), self.embedding[0])" in code
+    keys = ("out", "weight grad", "bias grad")
+    gluon = dict(zip(keys, _run_tied(HEADER + TIED, "mxnet"), strict=True))
+    torch_ = dict(zip(keys, _run_tied(code, "torch"), strict=True))
+    assert_close(gluon, torch_, 1e-12, "tied")
+
+
+def test_dense_with_a_parameter_dict_is_refused_when_it_runs() -> None:
+    code = convert_source(HEADER + TIED.replace("self.embedding[0].params", "shared"), "lm.py")
+    with pytest.raises(TypeError, match="tie the weights by hand"):
+        exec(code.code + "\nshared = {}\nNet()\n", {})

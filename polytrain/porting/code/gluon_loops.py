@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 import libcst as cst
 import libcst.matchers as m
 
+from polytrain.porting.code.table import Entry
+
 STEP_HELPER = "gluon_step"
 
 
@@ -93,3 +95,27 @@ def _methods_of_class(
     if not isinstance(owner, cst.ClassDef) or not isinstance(owner.body, cst.IndentedBlock):
         return None
     return {s.name.value for s in owner.body.body if isinstance(s, cst.FunctionDef)}
+
+
+# ---- nn.Dense(..., params=other.params): tied weights --------------------------------------
+
+SHARED_HELPER = "gluon_shared"  # the `around` helper of a layer's `params=` (gluon.toml)
+
+
+def shared_block(call: cst.Call, entry: Entry | None) -> cst.Call:
+    """``params=<block>.params`` of a layer whose entry ties parameters through the helper,
+    as ``params=<block>``: in PyTorch the block itself holds them. Another value is
+    left as it is (the helper refuses what is not a module when it runs)."""
+    names = {a.name for a in entry.args if a.around == SHARED_HELPER} if entry else set()
+    args = []
+    for arg in call.args:
+        value = arg.value
+        if arg.keyword and arg.keyword.value in names and _params_of(value):
+            assert isinstance(value, cst.Attribute)
+            arg = arg.with_changes(value=value.value)
+        args.append(arg)
+    return call.with_changes(args=args)
+
+
+def _params_of(value: cst.BaseExpression) -> bool:
+    return m.matches(value, m.Attribute(attr=m.Name("params")))

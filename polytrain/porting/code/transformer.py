@@ -418,6 +418,7 @@ class PortTransformer(cst.CSTTransformer):
         if made is not updated:
             self._full(self._blocks.calls[original])  # the helper defined
         updated = made
+        updated = gluon_loops.shared_block(updated, self._entry_of(original))  # params=b.params
         return self._grouped(original, self._converted_call(original, updated))
 
     def _makes_block(self, call: cst.Call) -> bool:
