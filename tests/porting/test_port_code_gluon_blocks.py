@@ -138,7 +138,7 @@ def test_predict_mode_around_other_calls_stays_marked(body: str) -> None:
         + ("\n    def run(self, x):\n        return x\n")
     )
     result = convert_source(source, "lm.py")
-    assert "gluon_predict_mode" not in result.code
+    assert "with gluon_predict_mode(" not in result.code
     left = {u.api for u in result.report.uses if not u.converted}
     assert "mxnet.autograd.predict_mode" in left
 
