@@ -63,6 +63,19 @@ def test_a_second_step_after_a_paired_one_stays_marked() -> None:
     assert left == [".step"], result.code
 
 
+def test_a_step_after_a_backward_in_a_lambda_stays_marked() -> None:
+    """A backward inside a lambda may never run: the gradients the step finds are not
+    known to be one backward's, so the step is left marked."""
+    source = HEADER + (
+        "trainer = gluon.Trainer(net.collect_params(), 'sgd')\n"
+        "with autograd.record():\n    loss = net(x)\n"
+        "closure = lambda: loss.backward()\ntrainer.step(4)\n"
+    )
+    result = convert_source(source, "loop.py")
+    assert "gluon_step" not in result.code
+    assert ".step" in {u.api for u in result.report.uses if not u.converted}
+
+
 # ---- with autograd.predict_mode(): the block's own blocks in eval mode --------------------
 
 PREDICT_BLOCK = """

@@ -30,8 +30,10 @@ def unpaired_backward_before(body: Sequence[cst.CSTNode], at: int) -> bool:
     division of) hold a ``.backward(...)`` inside an expression, with no other
     ``.step(...)`` between: that backward writes the gradients the step divides."""
     for stmt in reversed(body[:at]):
-        if _methods(stmt, "step"):
-            return False
+        if isinstance(stmt, cst.FunctionDef | cst.ClassDef):
+            continue  # defined, not run here
+        if _methods(stmt, "step") or m.findall(stmt, m.Lambda()):
+            return False  # a lambda's backward may never run
         if _methods(stmt, "backward"):
             return True
     return False
