@@ -24,6 +24,7 @@ from polytrain.porting.code import (
     blocks,
     default_dtype,
     gluon_classes,
+    gluon_loops,
     hybrid,
     layer_self,
 )
@@ -98,6 +99,7 @@ class PortTransformer(cst.CSTTransformer):
         self._made_by: dict[str, str] = {}  # receiver code -> the API whose call made it
         self._divisor: dict[cst.CSTNode, cst.BaseExpression] = {}  # backward call -> n
         self._paired: set[cst.CSTNode] = set()  # step calls whose argument moved
+        self._scaled: dict[cst.CSTNode, cst.BaseExpression] = {}  # step -> n: gluon_step
         self._stepped_by: dict[cst.CSTNode, tuple[str, ...]] = {}  # backward -> step's makers
         self._then: dict[cst.CSTNode, str] = {}  # statement -> a statement added after it
         self._removed: set[cst.CSTNode] = set()
@@ -363,6 +365,8 @@ class PortTransformer(cst.CSTTransformer):
             spec = next(a for a in entry.args if a.moves)
             value = _argument(call, entry, spec.name)
             backward = self._backward_before(body, i)
+            if value and not backward and gluon_loops.unpaired_backward_before(body, i):
+                self._scaled[call] = value.value
             if value is None or backward is None or backward in self._divisor:
                 continue
             self._divisor[backward] = value.value
@@ -414,6 +418,7 @@ class PortTransformer(cst.CSTTransformer):
         if made is not updated:
             self._full(self._blocks.calls[original])  # the helper defined
         updated = made
+        updated = gluon_loops.shared_block(updated, self._entry_of(original))  # params=b.params
         return self._grouped(original, self._converted_call(original, updated))
 
     def _makes_block(self, call: cst.Call) -> bool:
@@ -502,6 +507,20 @@ class PortTransformer(cst.CSTTransformer):
         imports = [q for q in names if q.source is QualifiedNameSource.IMPORT]
         return bool(imports) and all(framework_of(q.name, self.tables) is None for q in imports)
 
+    def _unsupported_call(
+        self, original: cst.Call, updated: cst.Call, api: str, why: str
+    ) -> cst.BaseExpression:
+        """A call the table marks, unless a rule of gluon_loops.py converts it here."""
+        predict = None
+        if api.endswith(gluon_loops.PREDICT_MODE):
+            predict = gluon_loops.predict_mode(original, self._parent)
+        if predict is not None:
+            self._done(original, api)
+            self._full(gluon_loops.PREDICT_HELPER)
+            return predict
+        self._left(original, api, why)
+        return updated
+
     def _convert_call(
         self, original: cst.Call, updated: cst.Call, found: Resolved
     ) -> cst.BaseExpression:
@@ -513,8 +532,7 @@ class PortTransformer(cst.CSTTransformer):
             self._left(original, api, found.framework.why_not(api) or NOT_IN_TABLE)
             return updated
         if entry.unsupported:
-            self._left(original, api, entry.unsupported)
-            return updated
+            return self._unsupported_call(original, updated, api, entry.unsupported)
         if entry.kind == "context":
             return self._context(original, updated, api)
         if entry.kind == "remove":
@@ -668,6 +686,11 @@ class PortTransformer(cst.CSTTransformer):
             return updated
         if entry.kind == "expression":
             return self._method_expression(original, api, converted.target, converted.imports)
+        stepper = next((f for f in self.imported if gluon_loops.STEP_HELPER in f.helpers), None)
+        if converted.moved and original in self._scaled and stepper is not None:
+            self._helper(stepper, gluon_loops.STEP_HELPER)  # gluon_loops.py
+            self._done(original, api)
+            return gluon_loops.step_call(receiver, self._scaled[original])
         if converted.moved and original not in self._paired:
             why = next(a.why for a in entry.args if a.moves)
             self._left(original, api, why)
