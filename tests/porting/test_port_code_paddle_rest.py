@@ -54,3 +54,32 @@ def test_split_by_a_shape_entry_is_that_many_equal_parts() -> None:
             np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert _left("import paddle\nout = paddle.split(x, n)\n") == ["paddle.split"]
 
+
+DTYPE_NAME = """
+import paddle
+
+single = paddle.get_default_dtype() == "float32"
+other = "float64" != paddle.get_default_dtype()
+half = paddle.get_default_dtype() in ("float16", "bfloat16")
+"""
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_default_dtype_compared_with_names_is_its_name(dtype: str) -> None:
+    """``paddle.get_default_dtype() == 'float32'``: compared with names, the default dtype
+    is its name (as Paddle's) where a torch.dtype would never equal the string; printed it
+    stays marked."""
+    paddle.set_default_dtype(dtype)
+    torch.set_default_dtype(getattr(torch, dtype))
+    try:
+        src, tgt = _run(DTYPE_NAME, np.zeros(1))
+    finally:
+        paddle.set_default_dtype("float32")
+        torch.set_default_dtype(torch.float32)
+    assert [src[n] for n in ("single", "other", "half")] == [
+        tgt[n] for n in ("single", "other", "half")
+    ]
+    assert src["single"] is (dtype == "float32")
+    marked = "import paddle\nprint(paddle.get_default_dtype())\n"
+    marked += "ok = paddle.get_default_dtype() == d\n"
+    assert _left(marked) == ["paddle.get_default_dtype"] * 2

@@ -567,6 +567,7 @@ class PortTransformer(cst.CSTTransformer):
         func = call.func if isinstance(call, cst.Call) else None
         owner = self._resolve(func) if isinstance(func, cst.Name | cst.Attribute) else None
         target = default_dtype.converted(arg, call, owner.name if owner else None, found.framework)
+        target = target or default_dtype.compared(original, arg, call, found.framework)
         if target is None:
             self._left(original, found.name, default_dtype.WHY)
             return updated
