@@ -83,3 +83,69 @@ def test_default_dtype_compared_with_names_is_its_name(dtype: str) -> None:
     marked = "import paddle\nprint(paddle.get_default_dtype())\n"
     marked += "ok = paddle.get_default_dtype() == d\n"
     assert _left(marked) == ["paddle.get_default_dtype"] * 2
+
+
+WEIGHT_NORM = """
+import paddle.nn as nn
+from paddle.nn.utils import weight_norm
+
+conv = weight_norm(nn.Conv1D(2, 3, 2), dim=DIM)
+whole = nn.utils.weight_norm(nn.Linear(4, 3), dim=None)
+"""
+
+
+def _set_norm(layer: Any, v: np.ndarray, g: np.ndarray, backend: Any) -> None:
+    """``layer``'s weight_v and weight_g set to ``v`` and ``g`` (in its own shapes)."""
+    for name, value in (("weight_v", v), ("weight_g", g)):
+        p = getattr(layer, name)
+        if backend is paddle:
+            p.set_value(paddle.to_tensor(value.reshape(p.shape).astype("float32")))
+        else:
+            with torch.no_grad():
+                p.copy_(torch.tensor(value.reshape(tuple(p.shape)), dtype=torch.float32))
+        if getattr(layer, "bias", None) is not None:
+            b = layer.bias
+            if backend is paddle:
+                b.set_value(paddle.zeros(b.shape))
+            else:
+                with torch.no_grad():
+                    b.zero_()
+
+
+@pytest.mark.filterwarnings("ignore:.*weight_norm. is deprecated:FutureWarning")
+@pytest.mark.parametrize("dim", ["0", "1", "2", "None", "-1"])
+def test_weight_norm_of_a_convolution_normalises_the_same_axes(dim: str) -> None:
+    """weight_norm on a layer made in the call: a convolution's weight has one layout in
+    both (any dim), a Linear's whole-tensor norm none; new v and g give the same output."""
+    source = WEIGHT_NORM.replace("DIM", dim)
+    code = _converted(source)
+    rng = np.random.default_rng(0)
+    v, x = rng.standard_normal((3, 2, 2)), rng.standard_normal((2, 2, 5))
+    g = rng.uniform(0.5, 2.0, 1 if dim in ("None", "-1") else v.shape[int(dim)])
+    vl, xl = rng.standard_normal((4, 3)), rng.standard_normal((2, 4))
+    src: dict[str, Any] = {}
+    exec(source, src)
+    tgt: dict[str, Any] = {}
+    exec(code, tgt)
+    outs = []
+    for ns, backend in ((src, paddle), (tgt, torch)):
+        _set_norm(ns["conv"], v, g, backend)
+        _set_norm(ns["whole"], vl if backend is paddle else vl.T, np.array([1.5]), backend)
+        as_tensor = paddle.to_tensor if backend is paddle else torch.tensor
+        outs.append([
+            ns[n](as_tensor(a.astype("float32"))).detach().numpy()
+            for n, a in (("conv", x), ("whole", xl))
+        ])  # fmt: skip
+    for a, b in zip(*outs, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_weight_norm_of_a_linear_or_an_unknown_layer_stays_marked() -> None:
+    """A Linear's weight is [in, out] in Paddle: its dim=0 is torch's dim=1; a layer the
+    tool does not know (a name, the code's own class) could be either."""
+    source = (
+        "import paddle.nn as nn\nfrom paddle.nn.utils import weight_norm\n"
+        "a = weight_norm(nn.Linear(4, 3))\nb = weight_norm(layer, dim=0)\n"
+        "fc = nn.Linear(4, 3)\nc = weight_norm(fc, 'weight', 1)\nd = weight_norm(fc, dim=-1)\n"
+    )
+    assert _left(source) == ["paddle.nn.utils.weight_norm"] * 3

@@ -26,6 +26,7 @@ from polytrain.porting.code import (
     gluon_classes,
     hybrid,
     layer_self,
+    weight_layout,
 )
 from polytrain.porting.code.arguments import NO_SPACE, NotConverted, code, convert_arguments
 from polytrain.porting.code.report import Use
@@ -315,6 +316,13 @@ class PortTransformer(cst.CSTTransformer):
     def _parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.get_metadata(ParentNodeProvider, node, None)
 
+    def _layer_api(self, node: cst.BaseExpression) -> str | None:
+        """The framework API that made ``node``: a call of it, or a name assigned one."""
+        if isinstance(node, cst.Call):
+            named = isinstance(node.func, cst.Name | cst.Attribute)
+            return self._qualified(node.func) if named else None
+        return self._made_by.get(self._receiver_key(node))
+
     def _receiver_api(self, receiver: cst.BaseExpression) -> str | None:
         """The API whose call made ``receiver``; ``self`` of a layer class: the first of
         its framework's ``layer_classes`` (``paddle.nn.Layer``)."""
@@ -512,8 +520,9 @@ class PortTransformer(cst.CSTTransformer):
         if entry is None:
             self._left(original, api, found.framework.why_not(api) or NOT_IN_TABLE)
             return updated
-        if entry.unsupported:
-            self._left(original, api, entry.unsupported)
+        layout = weight_layout.why_not(api, original, self._layer_api, found.framework)
+        if entry.unsupported or layout:  # layout: a dim of a weight laid out otherwise
+            self._left(original, api, entry.unsupported or layout)
             return updated
         if entry.kind == "context":
             return self._context(original, updated, api)
