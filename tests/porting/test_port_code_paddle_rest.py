@@ -149,3 +149,30 @@ def test_weight_norm_of_a_linear_or_an_unknown_layer_stays_marked() -> None:
         "fc = nn.Linear(4, 3)\nc = weight_norm(fc, 'weight', 1)\nd = weight_norm(fc, dim=-1)\n"
     )
     assert _left(source) == ["paddle.nn.utils.weight_norm"] * 3
+
+
+TO_ATTR = """
+import paddle
+import paddle.nn as nn
+from paddle import ParamAttr
+from paddle.regularizer import L2Decay
+
+attrs = ParamAttr._to_attr([None, True, "w", nn.initializer.Constant(0.5), False])
+fc = nn.Linear(3, 2, weight_attr=attrs[3], bias_attr=attrs[4])
+own = nn.Linear(3, 2, weight_attr=attrs[0], bias_attr=ParamAttr._to_attr("b"))
+decayed = nn.Linear(3, 2, weight_attr=ParamAttr._to_attr(L2Decay(0.25)))
+"""
+
+
+def test_to_attr_gives_the_converted_param_attr() -> None:
+    """``ParamAttr._to_attr``: None, True and a name are the layer's own initializer, an
+    initializer sets the weight, False removes the bias, an L2Decay is the parameter's
+    own decay; a list, each of its items."""
+    src, tgt = _run(TO_ATTR, np.zeros(1))
+    np.testing.assert_array_equal(src["fc"].weight.numpy(), tgt["fc"].weight.detach().numpy().T)
+    assert src["fc"].bias is None and tgt["fc"].bias is None
+    assert float(tgt["fc"].weight.detach().max()) == 0.5
+    assert tgt["attrs"][:3] == [None, None, None] and tgt["attrs"][4] is False
+    assert tgt["own"].bias is not None and src["own"].bias is not None
+    assert src["decayed"].weight.regularizer._coeff == 0.25
+    assert tgt["decayed"].weight.paddle_attr == {"weight_decay": 0.25}
