@@ -176,3 +176,45 @@ def test_to_attr_gives_the_converted_param_attr() -> None:
     assert tgt["own"].bias is not None and src["own"].bias is not None
     assert src["decayed"].weight.regularizer._coeff == 0.25
     assert tgt["decayed"].weight.paddle_attr == {"weight_decay": 0.25}
+
+
+LINEAR_READS = """
+import paddle
+import paddle.nn as nn
+import paddle.nn.functional as F
+
+linear = nn.Linear(3, 2)
+
+
+def reads(x, h):
+    return [
+        paddle.matmul(x, linear.weight), paddle.matmul(h, linear.weight, transpose_y=True),
+        paddle.mm(x, linear.weight), F.linear(x, linear.weight, linear.bias),
+        linear.weight.numpy().sum(), linear.weight.abs().max(), linear.weight[0] * 2,
+    ]
+"""
+
+
+def test_a_linear_weight_in_a_product_or_reduced_is_converted() -> None:
+    """Paddle's Linear weight is [in, out], PyTorch's [out, in]: in a product it is read
+    as ``.mT`` (the source's tensor), reduced to a number as it is; another read (a
+    slice) stays marked."""
+    code = convert_source(LINEAR_READS, "reads.py").code
+    assert _left(LINEAR_READS) == ["paddle.nn.Linear.weight"]
+    code = code.replace("linear.weight[0]", "linear.weight.mT[0]")  # the marked read
+    rng = np.random.default_rng(0)
+    w, x, h = rng.standard_normal((3, 2)), rng.standard_normal((4, 3)), rng.standard_normal((4, 2))
+    src: dict[str, Any] = {}
+    exec(LINEAR_READS, src)
+    src["linear"].weight.set_value(paddle.to_tensor(w.astype("float32")))
+    tgt: dict[str, Any] = {}
+    exec(code, tgt)
+    with torch.no_grad():
+        tgt["linear"].weight.copy_(torch.tensor(w.T, dtype=torch.float32))
+        tgt["linear"].bias.copy_(torch.tensor(src["linear"].bias.numpy()))
+    a = src["reads"](paddle.to_tensor(x.astype("float32")), paddle.to_tensor(h.astype("float32")))
+    b = tgt["reads"](torch.tensor(x, dtype=torch.float32), torch.tensor(h, dtype=torch.float32))
+    for s, t in zip(a, b, strict=True):
+        s = s.numpy() if hasattr(s, "numpy") else s
+        t = t.detach().numpy() if hasattr(t, "detach") else t
+        np.testing.assert_allclose(s, t, rtol=1e-5, atol=1e-6)

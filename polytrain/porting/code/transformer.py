@@ -26,6 +26,7 @@ from polytrain.porting.code import (
     gluon_classes,
     hybrid,
     layer_self,
+    transposed_reads,
     weight_layout,
 )
 from polytrain.porting.code.arguments import NO_SPACE, NotConverted, code, convert_arguments
@@ -762,8 +763,8 @@ class PortTransformer(cst.CSTTransformer):
     def leave_Attribute(
         self, original: cst.Attribute, updated: cst.Attribute
     ) -> cst.BaseExpression:
-        if original.attr.value == "weight":
-            self._transposed_weight(original)
+        if original.attr.value == "weight" and (read := self._transposed_weight(original)):
+            return cst.Attribute(updated, cst.Name("mT")) if read == "product" else updated
         entry = self._method(original.attr.value)
         if entry is not None and entry.kind == "attribute" and self._read(original):
             self._done(original, entry.source)
@@ -784,13 +785,23 @@ class PortTransformer(cst.CSTTransformer):
             or self._foreign(node.value)
         )
 
-    def _transposed_weight(self, node: cst.Attribute) -> None:
+    def _transposed_weight(self, node: cst.Attribute) -> str:
         """``linear.weight`` of a layer made here whose weight is the PyTorch layer's
         transpose (Paddle's Linear: [in, out]; PyTorch's: [out, in]): marked, the layout
-        being what the use decides (a product wants ``.T``, an initializer the tensor)."""
+        being what the use decides (a product wants ``.T``, an initializer the tensor),
+        unless transposed_reads knows the use: "product" (read as ``.mT``), "reduced"."""
         api = self._made_by.get(self._receiver_key(node.value))
-        if api is not None and any(api in fw.transposed for fw in self.imported):
-            self._left(node, f"{api}.weight", TRANSPOSED)
+        fw = next((fw for fw in self.imported if api is not None and api in fw.transposed), None)
+        if fw is None:
+            return ""
+        if transposed_reads.in_product(node, self._parent, self._qualified, fw.root):
+            self._done(node, f"{api}.weight")
+            return "product"
+        if transposed_reads.reduced(node, self._parent):
+            self._done(node, f"{api}.weight")
+            return "reduced"
+        self._left(node, f"{api}.weight", TRANSPOSED)
+        return ""
 
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
         return self._reference(original, updated)
