@@ -138,7 +138,6 @@ CASES = [
             _after("    loss = mse_loss(y_predict, y_data)", "H.loss(loss)"),
         ),
         dtype="float64",
-        left=("paddle.nn.Linear.weight",),  # printed, 1 x 1: the layout does not matter
     ),
     Case(
         "paddle/dynamic_graph.py",
@@ -151,8 +150,6 @@ CASES = [
             _after("linear = paddle.nn.Linear(64, 8, bias_attr=False)", "H.keep(linear)"),
             _after("    loss = loss_fn(outputs, inputs)", "H.loss(loss)"),
         ),
-        left=("paddle.nn.Linear.weight",),  # the weight tied into a product: [in, out] there
-        fixes=(("linear.weight.mT)", "linear.weight.T.mT)"),),
     ),
     Case(
         "paddle/save_model.py",

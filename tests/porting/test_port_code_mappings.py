@@ -292,6 +292,7 @@ def _program(entry: Entry, code: str) -> str:
 @pytest.mark.filterwarnings("ignore:CUDA is not available:UserWarning")
 @pytest.mark.filterwarnings("ignore:To copy construct from a tensor:UserWarning")  # paddle.Model
 @pytest.mark.filterwarnings("ignore:torch.cuda.amp.GradScaler is enabled:UserWarning")
+@pytest.mark.filterwarnings("ignore:.*weight_norm. is deprecated:FutureWarning")  # its names
 @pytest.mark.parametrize("entry", CONVERTED, ids=lambda e: e.source)
 def test_mapping_computes_the_same_numbers(entry: Entry, tmp_path: Path) -> None:
     assert entry.example, f"{entry.source} has no example: a mapping without a test"

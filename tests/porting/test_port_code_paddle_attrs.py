@@ -257,7 +257,7 @@ def test_default_dtype_as_a_dtype_argument_is_torchs() -> None:
 
 def test_default_dtype_elsewhere_stays_marked() -> None:
     source = (
-        "import paddle\nsame = paddle.get_default_dtype() == 'float32'\n"
+        "import paddle\nsame = paddle.get_default_dtype() == name\n"
         "print(paddle.get_default_dtype())\n"
     )
     result = convert_source(source, "dtype.py")

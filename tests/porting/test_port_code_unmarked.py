@@ -224,7 +224,7 @@ def test_an_expression_entry_called_or_operated_on_keeps_its_grouping() -> None:
 WEIGHT = """import paddle
 
 linear = paddle.nn.Linear(3, 3)
-out = paddle.matmul(x, linear.weight)
+out = x @ linear.weight  # an operator: not a product call (transposed_reads.py)
 """
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import libcst as cst
 
+from polytrain.porting.code.int_values import is_int_valued
 from polytrain.porting.code.table import ANY, Arg, Entry, literal
 
 TYPE_INT, TYPE_LIST = "<int>", "<list>"  # target_by keys matching a kind of literal
@@ -176,6 +177,8 @@ def _target(entry: Entry, bound: list[_Bound]) -> tuple[str, str | None]:
         if key not in (ANY, TYPE_VALUE) and is_literal and _matches(value, key):
             return target, consumed
         if key == TYPE_LIST and display:
+            return target, consumed
+        if key == TYPE_INT and is_int_valued(given.node.value):  # ``x.shape[-1]``
             return target, consumed
     if not is_literal and TYPE_VALUE in choices:
         return choices[TYPE_VALUE], consumed

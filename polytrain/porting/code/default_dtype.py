@@ -1,8 +1,9 @@
 """``paddle.get_default_dtype()``: a dtype's name in Paddle (``'float32'``), a
 ``torch.dtype`` in PyTorch; no one value is both. As a framework call's ``dtype=`` or
 ``paddle.cast``'s dtype it is ``torch.get_default_dtype()``, as ``.astype(...)``'s its
-name; elsewhere (compared with a name, printed, passed to the code's own function) it is
-marked. Names are built from the table's roots (the core names no framework)."""
+name, and its name too where it is compared with names (``== 'float32'``, ``in ('float16',
+'bfloat16')``); elsewhere (printed, passed to the code's own function) it is marked.
+Names are built from the table's roots (the core names no framework)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,29 @@ def converted(
         name = f"str({dtype}).replace('{fw.target_root}.', '')"  # 'float32', as Paddle's
         return name if at == 0 and keyword is None else None
     return None
+
+
+def _names(node: cst.BaseExpression) -> bool:
+    """A string literal, or a list, tuple or set display of them."""
+    if isinstance(node, cst.List | cst.Tuple | cst.Set):
+        return bool(node.elements) and all(_names(e.value) for e in node.elements)
+    return isinstance(node, cst.SimpleString)
+
+
+def compared(
+    node: cst.Call, parent: cst.CSTNode | None, grandparent: cst.CSTNode | None, fw: Framework
+) -> str | None:
+    """The dtype's name, as Paddle's, where ``node`` is compared (``==``, ``!=``, ``in``,
+    ``not in``) with string literals only; None elsewhere."""
+    comparison = parent if isinstance(parent, cst.Comparison) else grandparent
+    if not isinstance(comparison, cst.Comparison):
+        return None
+    if parent is not comparison and not isinstance(parent, cst.ComparisonTarget):
+        return None
+    ops = (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)
+    others = [comparison.left, *(t.comparator for t in comparison.comparisons)]
+    if not all(isinstance(t.operator, ops) for t in comparison.comparisons):
+        return None
+    if not all(o is node or _names(o) for o in others):
+        return None
+    return f"str({fw.target_root}.{FUNCTION}()).replace('{fw.target_root}.', '')"

@@ -27,6 +27,8 @@ from polytrain.porting.code import (
     gluon_loops,
     hybrid,
     layer_self,
+    transposed_reads,
+    weight_layout,
 )
 from polytrain.porting.code.arguments import NO_SPACE, NotConverted, code, convert_arguments
 from polytrain.porting.code.report import Use
@@ -317,6 +319,13 @@ class PortTransformer(cst.CSTTransformer):
     def _parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.get_metadata(ParentNodeProvider, node, None)
 
+    def _layer_api(self, node: cst.BaseExpression) -> str | None:
+        """The framework API that made ``node``: a call of it, or a name assigned one."""
+        if isinstance(node, cst.Call):
+            named = isinstance(node.func, cst.Name | cst.Attribute)
+            return self._qualified(node.func) if named else None
+        return self._made_by.get(self._receiver_key(node))
+
     def _receiver_api(self, receiver: cst.BaseExpression) -> str | None:
         """The API whose call made ``receiver``; ``self`` of a layer class: the first of
         its framework's ``layer_classes`` (``paddle.nn.Layer``)."""
@@ -531,8 +540,9 @@ class PortTransformer(cst.CSTTransformer):
         if entry is None:
             self._left(original, api, found.framework.why_not(api) or NOT_IN_TABLE)
             return updated
-        if entry.unsupported:
-            return self._unsupported_call(original, updated, api, entry.unsupported)
+        layout = weight_layout.why_not(api, original, self._layer_api, found.framework)
+        if entry.unsupported or layout:  # layout: a dim of a weight laid out otherwise
+            return self._unsupported_call(original, updated, api, entry.unsupported or layout)
         if entry.kind == "context":
             return self._context(original, updated, api)
         if entry.kind == "remove":
@@ -585,6 +595,7 @@ class PortTransformer(cst.CSTTransformer):
         func = call.func if isinstance(call, cst.Call) else None
         owner = self._resolve(func) if isinstance(func, cst.Name | cst.Attribute) else None
         target = default_dtype.converted(arg, call, owner.name if owner else None, found.framework)
+        target = target or default_dtype.compared(original, arg, call, found.framework)
         if target is None:
             self._left(original, found.name, default_dtype.WHY)
             return updated
@@ -775,8 +786,8 @@ class PortTransformer(cst.CSTTransformer):
     def leave_Attribute(
         self, original: cst.Attribute, updated: cst.Attribute
     ) -> cst.BaseExpression:
-        if original.attr.value == "weight":
-            self._transposed_weight(original)
+        if original.attr.value == "weight" and (read := self._transposed_weight(original)):
+            return cst.Attribute(updated, cst.Name("mT")) if read == "product" else updated
         entry = self._method(original.attr.value)
         if entry is not None and entry.kind == "attribute" and self._read(original):
             self._done(original, entry.source)
@@ -797,13 +808,23 @@ class PortTransformer(cst.CSTTransformer):
             or self._foreign(node.value)
         )
 
-    def _transposed_weight(self, node: cst.Attribute) -> None:
+    def _transposed_weight(self, node: cst.Attribute) -> str:
         """``linear.weight`` of a layer made here whose weight is the PyTorch layer's
         transpose (Paddle's Linear: [in, out]; PyTorch's: [out, in]): marked, the layout
-        being what the use decides (a product wants ``.T``, an initializer the tensor)."""
+        being what the use decides (a product wants ``.T``, an initializer the tensor),
+        unless transposed_reads knows the use: "product" (read as ``.mT``), "reduced"."""
         api = self._made_by.get(self._receiver_key(node.value))
-        if api is not None and any(api in fw.transposed for fw in self.imported):
-            self._left(node, f"{api}.weight", TRANSPOSED)
+        fw = next((fw for fw in self.imported if api is not None and api in fw.transposed), None)
+        if fw is None:
+            return ""
+        if transposed_reads.in_product(node, self._parent, self._qualified, fw.root):
+            self._done(node, f"{api}.weight")
+            return "product"
+        if transposed_reads.reduced(node, self._parent):
+            self._done(node, f"{api}.weight")
+            return "reduced"
+        self._left(node, f"{api}.weight", TRANSPOSED)
+        return ""
 
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
         return self._reference(original, updated)
