@@ -550,6 +550,7 @@ class PortTransformer(cst.CSTTransformer):
         call: cst.BaseExpression = updated.with_changes(
             func=self._target_expr(original.func, converted.target), args=new_args
         )
+        self._helpers_named(found.framework, code(call))  # an argument's template's helper
         if entry.result:  # the output's shape, as the source's (table.Entry.result)
             call = cst.parse_expression(code(call) + entry.result)
         if converted.inits:  # ``init_parameters(layer, weight=...)``: the table's helper
