@@ -111,3 +111,52 @@ def test_argsort_and_topk_keep_mxnets_float_indices_and_tie_order() -> None:
     expected = _run(SORTED)["made"](mx.nd.array(x))
     got = _run(_converted(SORTED))["made"](torch.tensor(x))
     _same(expected, got)
+
+
+MODE_TESTS = """import mxnet as mx
+from mxnet import nd, sym
+from mxnet.gluon import nn
+
+
+class Twice(nn.HybridBlock):
+    def _scale(self, F, x):
+        if F is mx.sym:
+            return x
+        return x * 2 if nd != F else x
+
+    def hybrid_forward(self, F, x):
+        if F == nd:
+            x = x + 1
+        elif F == mx.symbol:
+            x = x - 1
+        return self._scale(F, x)
+"""
+
+UNKNOWN_MODE = """from mxnet.gluon import nn
+
+
+class Twice(nn.HybridBlock):
+    def hybrid_forward(self, F, x):
+        if F == self.mode or F in (self.mode,):
+            return x
+        return x * 2
+"""
+
+
+def test_a_test_of_which_module_F_is_converts_to_the_eager_answer() -> None:
+    """Before: the `F` of `F == nd` was marked (code the tool does not see) and `nd`
+    itself too: PyTorch's forward runs eagerly, as Gluon's block with mxnet.nd."""
+    result = convert_source(MODE_TESTS, "twice.py")
+    assert not [u for u in result.report.uses if not u.converted], result.code
+    assert "if True:" in result.code and "elif False:" in result.code
+    x = np.arange(6.0).reshape(2, 3)
+    block = _run(MODE_TESTS)["Twice"]()
+    expected = block(mx.nd.array(x, dtype="float64")).asnumpy()
+    got = _run(result.code)["Twice"]()(torch.tensor(x)).numpy()
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_F_compared_with_anything_else_stays_marked() -> None:
+    result = convert_source(UNKNOWN_MODE, "twice.py")
+    left = [u for u in result.report.uses if not u.converted]
+    assert [u.api for u in left] == ["F", "F"], result.code

@@ -25,6 +25,7 @@ from polytrain.porting.code import (
     default_dtype,
     gluon_classes,
     hybrid,
+    hybrid_mode,
     layer_self,
 )
 from polytrain.porting.code.arguments import NO_SPACE, NotConverted, code, convert_arguments
@@ -103,6 +104,7 @@ class PortTransformer(cst.CSTTransformer):
         self._removed: set[cst.CSTNode] = set()
         self.helpers: dict[str, str] = {}  # table helpers the converted code calls: name -> code
         self._hybrid = hybrid.Hybrid()  # Gluon's hybrid_forward(self, F, ...) (visit_Module)
+        self._modes: dict[cst.Comparison, tuple[bool, str]] = {}  # ``F == nd``: constant
         self._blocks = blocks.Blocks()  # super().__init__(**kwargs) of blocks (visit_Module)
         self._filled: set[cst.Call] = set()  # ``out.add(nn.Conv2D(...))``, out a parameter
         self._layers: set[cst.ClassDef] = set()  # classes derived from a layer (visit_Module)
@@ -257,6 +259,14 @@ class PortTransformer(cst.CSTTransformer):
         self._hybrid = hybrid.find(node, params[0] if params else "")
         taken = gluon_classes.taken_by_entries(self._hybrid.bare, self._parent, self._entry_of)
         self._hybrid.bare = [b for b in self._hybrid.bare if b not in taken]  # F dropped
+        if self._hybrid.param:
+            owner = next(f for f in self.imported if f.module_parameter == self._hybrid.param)
+            self._modes = hybrid_mode.mode_tests(
+                self._hybrid.bare, self._parent, self._names, owner
+            )
+        self._hybrid.bare = [
+            b for b in self._hybrid.bare if not hybrid_mode.tested(b, self._modes, self._parent)
+        ]
         for bare in self._hybrid.bare:
             self._left(bare, self._hybrid.param, hybrid.PASSED_ON)
         for getter in self._hybrid.getters:
@@ -400,6 +410,18 @@ class PortTransformer(cst.CSTTransformer):
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
         return False
+
+    def visit_Comparison(self, node: cst.Comparison) -> bool:
+        return node not in self._modes  # ``F == mx.nd``: replaced whole (hybrid_mode.py)
+
+    def leave_Comparison(
+        self, original: cst.Comparison, updated: cst.Comparison
+    ) -> cst.BaseExpression:
+        if original not in self._modes:
+            return updated
+        value, module = self._modes[original]
+        self._done(original, module)
+        return cst.Name(str(value), lpar=updated.lpar, rpar=updated.rpar)
 
     def visit_Call(self, node: cst.Call) -> None:
         self._call_funcs.add(node.func)
