@@ -166,15 +166,12 @@ RESIZED = """from mxnet import nd
 
 
 def made(x, i):
-    return [nd.contrib.BilinearResize2D(x, height=5, width=3), nd.Concat(x, x),
-            nd.zeros_like(i, dtype='float64'), nd.ones_like(x, dtype='int64')]
+    return [nd.contrib.BilinearResize2D(x, height=5, width=3), nd.Concat(x, x)]
 """
 
 
-def test_resize_concat_and_like_with_a_dtype_give_mxnets_values_and_dtypes() -> None:
-    """Before: BilinearResize2D and Concat were not in the table and zeros_like's dtype=
-    was refused; MXNet 1.9.1 ignores that dtype (the input's is kept), as the converted
-    call does."""
+def test_resize_and_concat_give_mxnets_values() -> None:
+    """Before: BilinearResize2D and Concat were not in the table."""
     x = np.random.default_rng(0).standard_normal((1, 2, 3, 4)).astype(np.float32)
     i = np.array([1, 2], dtype=np.int32)
     expected = _run(RESIZED)["made"](mx.nd.array(x), mx.nd.array(i, dtype="int32"))
@@ -182,6 +179,10 @@ def test_resize_concat_and_like_with_a_dtype_give_mxnets_values_and_dtypes() -> 
     _same(expected, got)
 
 
-def test_softmax_output_stays_marked_with_what_to_write() -> None:
-    result = convert_source("from mxnet import nd\n\nout = nd.SoftmaxOutput(x, y)\n", "s.py")
+def test_softmax_output_and_a_like_with_a_dtype_stay_marked_with_what_to_write() -> None:
+    """Before: "not in the table" / "its argument dtype= is not in the table"."""
+    source = "from mxnet import nd\n\nout = nd.SoftmaxOutput(x, y)\n"
+    source += "z = nd.zeros_like(x, dtype='int64')\n"
+    result = convert_source(source, "s.py")
     assert "gradient is that of the cross-entropy" in result.code
+    assert "MXNet 1.9.1 takes dtype= and ignores it" in result.code
