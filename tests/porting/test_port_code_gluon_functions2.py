@@ -186,3 +186,38 @@ def test_softmax_output_and_a_like_with_a_dtype_stay_marked_with_what_to_write()
     result = convert_source(source, "s.py")
     assert "gradient is that of the cross-entropy" in result.code
     assert "MXNet 1.9.1 takes dtype= and ignores it" in result.code
+
+
+HAS_OPERATOR = """from mxnet import nd
+from mxnet.gluon import nn
+
+
+class Decode(nn.HybridBlock):
+    def hybrid_forward(self, F, x, anchors):
+        if 'box_decode' in F.contrib.__dict__:
+            return F.contrib.box_decode(x, anchors, format='corner')
+        return x
+
+
+def made(x, anchors):
+    assert 'div_sqrt_dim' in nd.contrib.__dict__
+    return [Decode()(x, anchors), nd.contrib.div_sqrt_dim(x)]
+"""
+
+
+def test_a_test_for_an_operator_the_table_converts_is_true() -> None:
+    """Before: `'box_decode' in F.contrib.__dict__` was marked (MXNet 1.9.1 has it, and
+    the converted code has the helper: the same branch runs); an operator the table does
+    not convert stays marked."""
+    result = convert_source(HAS_OPERATOR, "decode.py")
+    assert not [u for u in result.report.uses if not u.converted], result.code
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 3, 4)).astype(np.float32)
+    anchors = np.array([[[0, 0, 2, 3], [1, 1, 4, 2], [2, 0, 5, 5]]], dtype=np.float32)
+    expected = _run(HAS_OPERATOR)["made"](mx.nd.array(x), mx.nd.array(anchors))
+    got = _run(result.code)["made"](torch.tensor(x), torch.tensor(anchors))
+    _same(expected, got)
+    unknown = convert_source(
+        "from mxnet import nd\n\nok = 'no_op' in nd.contrib.__dict__\n", "u.py"
+    )
+    assert [u.api for u in unknown.report.uses if not u.converted] == ["mxnet.nd.contrib.__dict__"]

@@ -75,3 +75,20 @@ def tested(
     if isinstance(test, cst.ComparisonTarget):
         test = parent_of(test)
     return test in tests
+
+
+def presence(node: cst.Comparison) -> tuple[str, cst.BaseExpression, bool] | None:
+    """``'box_encode' in F.contrib.__dict__`` (a test of whether the framework has an
+    operator): (the name, the module, True for ``in`` / False for ``not in``), or None."""
+    if len(node.comparisons) != 1 or not isinstance(node.left, cst.SimpleString):
+        return None
+    target = node.comparisons[0]
+    holder = target.comparator
+    if not isinstance(target.operator, cst.In | cst.NotIn):
+        return None
+    if not (isinstance(holder, cst.Attribute) and holder.attr.value == "__dict__"):
+        return None
+    name = node.left.evaluated_value
+    if not isinstance(name, str) or not name.isidentifier():
+        return None
+    return name, holder.value, isinstance(target.operator, cst.In)

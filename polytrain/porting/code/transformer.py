@@ -412,7 +412,19 @@ class PortTransformer(cst.CSTTransformer):
         return False
 
     def visit_Comparison(self, node: cst.Comparison) -> bool:
+        self._presence(node)
         return node not in self._modes  # ``F == mx.nd``: replaced whole (hybrid_mode.py)
+
+    def _presence(self, node: cst.Comparison) -> None:
+        """``'op' in F.contrib.__dict__``: True where the table converts that operator
+        (the converted code has it), else left as it is (marked)."""
+        found = hybrid_mode.presence(node)
+        resolved = self._resolve(found[1]) if found is not None else None
+        if found is None or resolved is None:
+            return
+        entry = resolved.framework.entries.get(f"{resolved.name}.{found[0]}")
+        if entry is not None and entry.target and not entry.unsupported:
+            self._modes[node] = (found[2], f"{resolved.name}.__dict__")
 
     def leave_Comparison(
         self, original: cst.Comparison, updated: cst.Comparison
