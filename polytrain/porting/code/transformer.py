@@ -26,6 +26,7 @@ from polytrain.porting.code import (
     gluon_classes,
     gluon_loops,
     hybrid,
+    hybrid_mode,
     layer_self,
     transposed_reads,
     weight_layout,
@@ -107,6 +108,7 @@ class PortTransformer(cst.CSTTransformer):
         self._removed: set[cst.CSTNode] = set()
         self.helpers: dict[str, str] = {}  # table helpers the converted code calls: name -> code
         self._hybrid = hybrid.Hybrid()  # Gluon's hybrid_forward(self, F, ...) (visit_Module)
+        self._modes: dict[cst.Comparison, tuple[bool, str]] = {}  # ``F == nd``: constant
         self._blocks = blocks.Blocks()  # super().__init__(**kwargs) of blocks (visit_Module)
         self._filled: set[cst.Call] = set()  # ``out.add(nn.Conv2D(...))``, out a parameter
         self._layers: set[cst.ClassDef] = set()  # classes derived from a layer (visit_Module)
@@ -261,6 +263,14 @@ class PortTransformer(cst.CSTTransformer):
         self._hybrid = hybrid.find(node, params[0] if params else "")
         taken = gluon_classes.taken_by_entries(self._hybrid.bare, self._parent, self._entry_of)
         self._hybrid.bare = [b for b in self._hybrid.bare if b not in taken]  # F dropped
+        if self._hybrid.param:
+            owner = next(f for f in self.imported if f.module_parameter == self._hybrid.param)
+            self._modes = hybrid_mode.mode_tests(
+                self._hybrid.bare, self._parent, self._names, owner
+            )
+        self._hybrid.bare = [
+            b for b in self._hybrid.bare if not hybrid_mode.tested(b, self._modes, self._parent)
+        ]
         for bare in self._hybrid.bare:
             self._left(bare, self._hybrid.param, hybrid.PASSED_ON)
         for getter in self._hybrid.getters:
@@ -413,6 +423,30 @@ class PortTransformer(cst.CSTTransformer):
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
         return False
+
+    def visit_Comparison(self, node: cst.Comparison) -> bool:
+        self._presence(node)
+        return node not in self._modes  # ``F == mx.nd``: replaced whole (hybrid_mode.py)
+
+    def _presence(self, node: cst.Comparison) -> None:
+        """``'op' in F.contrib.__dict__``: True where the table converts that operator
+        (the converted code has it), else left as it is (marked)."""
+        found = hybrid_mode.presence(node)
+        resolved = self._resolve(found[1]) if found is not None else None
+        if found is None or resolved is None:
+            return
+        entry = resolved.framework.entries.get(f"{resolved.name}.{found[0]}")
+        if entry is not None and entry.target and not entry.unsupported:
+            self._modes[node] = (found[2], f"{resolved.name}.__dict__")
+
+    def leave_Comparison(
+        self, original: cst.Comparison, updated: cst.Comparison
+    ) -> cst.BaseExpression:
+        if original not in self._modes:
+            return updated
+        value, module = self._modes[original]
+        self._done(original, module)
+        return cst.Name(str(value), lpar=updated.lpar, rpar=updated.rpar)
 
     def visit_Call(self, node: cst.Call) -> None:
         self._call_funcs.add(node.func)
@@ -578,6 +612,7 @@ class PortTransformer(cst.CSTTransformer):
         call: cst.BaseExpression = updated.with_changes(
             func=self._target_expr(original.func, converted.target), args=new_args
         )
+        self._helpers_named(found.framework, code(call))  # an argument's template's helper
         if entry.result:  # the output's shape, as the source's (table.Entry.result)
             call = cst.parse_expression(code(call) + entry.result)
         if converted.inits:  # ``init_parameters(layer, weight=...)``: the table's helper
