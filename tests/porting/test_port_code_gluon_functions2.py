@@ -32,8 +32,8 @@ def made(dtype, name):
 ARRAY_DTYPE_NONE = """import mxnet as mx
 
 
-def made(dtype):
-    return mx.nd.array([1, 2], dtype=dtype)
+def made(source, dtype):
+    return mx.nd.array(source, dtype=dtype)
 """
 
 SORTED = """from mxnet import nd
@@ -89,19 +89,24 @@ def test_a_dtype_in_a_variable_converts_to_mxnets_dtype(dtype: Any, name: str) -
     converted = _converted(DTYPE_IN_A_VARIABLE)
     expected = _run(DTYPE_IN_A_VARIABLE)["made"]
     got = _run(converted)["made"]
-    if dtype is None:  # nd.array(numpy, dtype=None) needs the source: the helper refuses
-        with pytest.raises(NotImplementedError, match="dtype=None"):
-            got(dtype, name)
-        return
     _same(expected(dtype, name), got(dtype, name))
 
 
-def test_nd_array_with_dtype_none_is_refused_when_it_runs() -> None:
-    """MXNet keeps an NDArray source's dtype for None: the helper cannot see the source."""
-    made = _run(_converted(ARRAY_DTYPE_NONE))["made"]
-    assert made("int32").dtype == torch.int32
-    with pytest.raises(NotImplementedError, match="give the dtype"):
-        made(None)
+@pytest.mark.parametrize("dtype", [None, "int32", "float64"])
+@pytest.mark.parametrize("kind", ["list", "numpy", "array"])
+def test_nd_array_keeps_an_arrays_dtype_and_makes_the_rest_float32(kind: str, dtype: Any) -> None:
+    """MXNet's nd.array: without a dtype, an NDArray source's own (int32 here) and float32
+    for a list or a numpy array. Before: `dtype=torch.float32` was written for every
+    source, so an int32 NDArray became float32 without a marker."""
+    values = np.arange(6, dtype=np.int64).reshape(2, 3)
+    sources = {
+        "list": (values.tolist(), values.tolist()),
+        "numpy": (values, values),
+        "array": (mx.nd.array(values, dtype="int32"), torch.tensor(values, dtype=torch.int32)),
+    }
+    original, converted = sources[kind]
+    expected = _run(ARRAY_DTYPE_NONE)["made"](original, dtype)
+    _same([expected], [_run(_converted(ARRAY_DTYPE_NONE))["made"](converted, dtype)])
 
 
 def test_argsort_and_topk_keep_mxnets_float_indices_and_tie_order() -> None:
