@@ -173,7 +173,7 @@ cell = _get_encoder(2, 4, 3, 0.1)
 
 
 @pytest.mark.filterwarnings("ignore:Lazy modules are a new feature:UserWarning")
-def test_begin_state_takes_gluons_func_and_ctx_and_valid_length_stops() -> None:
+def test_begin_state_takes_gluons_func_and_ctx() -> None:
     code = (
         "cell = rnn.LSTMCell(4, input_size=3)\n"
         "begin = cell.begin_state(2, func=nd.zeros, ctx=mx.cpu())\n"
@@ -183,8 +183,33 @@ def test_begin_state_takes_gluons_func_and_ctx_and_valid_length_stops() -> None:
     ns: dict[str, Any] = {}
     exec(result.code, ns)
     assert [tuple(s.shape) for s in ns["begin"]] == [(2, 4), (2, 4)]
-    with pytest.raises(NotImplementedError, match="valid_length"):
-        ns["cell"].unroll(2, torch.zeros(2, 2, 3), valid_length=torch.tensor([1, 2]))
+
+
+VALID = """
+cell = rnn.SequentialRNNCell()
+cell.add(rnn.LSTMCell(3, input_size=2))
+cell.add(rnn.DropoutCell(0.0))
+cell.add(rnn.GRUCell(2, input_size=3))
+"""
+
+
+@pytest.mark.parametrize(("layout", "merge"), [("NTC", None), ("TNC", True), ("NTC", False)])
+def test_unroll_with_valid_length_masks_and_keeps_each_last_state(
+    layout: str, merge: bool | None
+) -> None:
+    """Gluon's valid_length: the outputs past each length zero (stacked unless
+    merge_outputs is False), each sequence's states from its last valid step."""
+    rng = np.random.default_rng(11)
+    src, tgt = _ready(VALID, rng, width=2)
+    shape = (2, 4, 2) if layout == "NTC" else (4, 2, 2)
+    x = rng.standard_normal(shape).astype(np.float32)
+    lengths = np.array([2, 4], np.float32)
+    out_s = src.unroll(4, nd.array(x), layout=layout, merge_outputs=merge,
+                       valid_length=nd.array(lengths))  # fmt: skip
+    out_t = tgt.unroll(4, torch.tensor(x), layout=layout, merge_outputs=merge,
+                       valid_length=torch.tensor(lengths))  # fmt: skip
+    assert isinstance(out_t[0], list) == (merge is False)
+    _close(out_s, out_t, f"valid_length, {layout}, merge_outputs={merge}")
 
 
 def test_a_dropout_cell_shares_its_mask_along_axes() -> None:
