@@ -128,6 +128,8 @@ def test_a_sequence_of_projected_cells_unrolls_as_gluons(drop: str) -> None:
     begin_s, begin_t = src.begin_state(batch_size=2), tgt.begin_state(batch_size=2)
     shapes = [(2, 3), (2, 6), (2, 2), (2, 5)]  # [r, c] of each LSTMPCell
     assert [s.shape for s in begin_s] == [tuple(s.shape) for s in begin_t] == shapes
+    assert tgt.state_info(2) == src.state_info(2)
+    tgt.reset()
     seq = rng.standard_normal((5, 2, 4)).astype(np.float32)
     with autograd.record(train_mode=training):
         out_s = src.unroll(5, nd.array(seq), begin_s, layout="TNC", merge_outputs=True)
