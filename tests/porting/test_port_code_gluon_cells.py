@@ -220,3 +220,44 @@ def test_a_dropout_cell_shares_its_mask_along_axes() -> None:
     assert states == [] and bool((out == out[0]).all())
     assert set(out.unique().tolist()) <= {0.0, 2.0} and 0 < out[0].sum() < 80
     assert torch.equal(tgt.eval()(torch.ones(6, 40), [])[0], torch.ones(6, 40))
+
+
+@pytest.mark.filterwarnings("ignore:Lazy modules are a new feature:UserWarning")
+def test_the_corpus_big_rnn_runs_converted_to_gluons_numbers() -> None:
+    """gluon-nlp's BigRNN (the class as the corpus file has it: an Embedding, a
+    HybridSequentialRNNCell of LSTMPCells with DropoutCells, a Dense decoder) and its
+    conversion from the same weights: forward's output and states agree."""
+    import ast
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "fixtures/port_code_corpus/registry-gluon"
+    text = (path / "gluonnlp_language_model.py").read_text(encoding="utf-8")
+    node = next(n for n in ast.parse(text).body if getattr(n, "name", "") == "BigRNN")
+    imports = "from mxnet.gluon import Block, nn, rnn, contrib\nfrom mxnet import nd, cpu\n"
+    code = imports + str(ast.get_source_segment(text, node)) + "\n"
+    code += "net = BigRNN(11, 6, 5, 2, 3, embed_dropout=0.1, encode_dropout=0.1)\n"
+    result = convert_source(code, "big_rnn.py")
+    assert [u for u in result.report.uses if not u.converted] == [], result.code
+    src: dict[str, Any] = {}
+    tgt: dict[str, Any] = {}
+    exec(code, src)
+    exec(result.code, tgt)
+    net_s, net_t = src["net"], tgt["net"].eval()
+    net_s.initialize()
+    tokens = np.random.default_rng(2).integers(0, 11, (4, 2))
+    net_s(nd.array(tokens), net_s.begin_state(batch_size=2))
+    with torch.no_grad():
+        net_t(torch.tensor(tokens), net_t.begin_state(batch_size=2))
+    rng = np.random.default_rng(4)
+    _copy_weights(net_s.encoder, net_t.encoder, rng)
+    with torch.no_grad():
+        for block, layer in ((net_s.embedding[0], net_t.embedding[0]),
+                             (net_s.decoder, net_t.decoder[-1])):  # fmt: skip
+            for name, p in block.collect_params().items():
+                value = rng.normal(0.0, 0.5, p.shape).astype(np.float32)
+                p.set_data(nd.array(value))
+                getattr(layer, name.rsplit("_", 1)[-1]).copy_(torch.tensor(value))
+    out_s = net_s(nd.array(tokens), net_s.begin_state(batch_size=2))
+    out_t = net_t(torch.tensor(tokens), net_t.begin_state(batch_size=2))
+    assert tuple(out_t[0].shape) == (4, 2, 11) and len(out_t[1]) == 4
+    _close(out_s, out_t, "BigRNN forward")
