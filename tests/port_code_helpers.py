@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import sys
+import types
 import zlib
 from typing import Any
 
@@ -88,3 +90,15 @@ def check_init(entry: Entry, source: list[Any], converted: list[Any]) -> None:
     for role, a, b in zip(roles, source, converted, strict=False):
         if role not in entry.differs:
             assert_same_distribution(a, b, f"{entry.source} {role}")
+
+
+def run_as_module(source: str, name: str = "port_code_run") -> dict[str, Any]:
+    """``source`` run as a module of its own, as a user runs it (``sys.modules[__name__]``
+    is that module while it runs); its namespace."""
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    try:
+        exec(compile(source, "<converted>", "exec"), module.__dict__)
+    finally:
+        del sys.modules[name]
+    return module.__dict__

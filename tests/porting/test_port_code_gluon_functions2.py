@@ -4,12 +4,11 @@ PyTorch to MXNet's values and dtypes."""
 
 from __future__ import annotations
 
-import sys
-import types
 from typing import Any
 
 import numpy as np
 import pytest
+from port_code_helpers import run_as_module
 
 from polytrain.porting.code import convert_source
 
@@ -48,14 +47,7 @@ def made(x):
 
 
 def _run(source: str) -> dict[str, Any]:
-    """``source`` run as a module of its own."""
-    module = types.ModuleType("port_code_gluon_functions2_run")
-    sys.modules[module.__name__] = module
-    try:
-        exec(compile(source, "<converted>", "exec"), module.__dict__)  # as a user runs it
-    finally:
-        del sys.modules[module.__name__]
-    return module.__dict__
+    return run_as_module(source, "port_code_gluon_functions2_run")
 
 
 def _numpy(value: Any) -> Any:
