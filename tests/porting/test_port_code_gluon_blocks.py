@@ -92,23 +92,32 @@ class Net(nn.Block):
 """
 
 
-def _run_predict_block(code: str, framework: str) -> tuple[np.ndarray, np.ndarray, bool]:
-    """The block's output and input gradient in training mode (under autograd.record()
-    on MXNet), and whether its decoder is in training mode after."""
-    x = np.arange(12, dtype=np.float64).reshape(2, 3, 1, 2)
+def _float64_net(code: str, framework: str) -> Any:
+    """``Net()`` of ``code``, in float64: initialized and cast on MXNet, doubled on torch."""
     space: dict[str, Any] = {}
     exec(code, space)
     net = space["Net"]()
     if framework == "mxnet":
         net.initialize()
         net.cast("float64")
+    else:
+        net.double()
+    return net
+
+
+def _run_predict_block(code: str, framework: str) -> tuple[np.ndarray, np.ndarray, bool]:
+    """The block's output and input gradient in training mode (under autograd.record()
+    on MXNet), and whether its decoder is in training mode after."""
+    x = np.arange(12, dtype=np.float64).reshape(2, 3, 1, 2)
+    net = _float64_net(code, framework)
+    if framework == "mxnet":
         xs = nd.array(x, dtype="float64")
         xs.attach_grad()
         with autograd.record():
             out = net(xs)
         out.backward()
         return out.asnumpy(), xs.grad.asnumpy(), True
-    net.double().train()
+    net.train()
     xt = torch.tensor(x, requires_grad=True)
     out = net(xt)
     out.sum().backward()
@@ -176,12 +185,8 @@ def _run_tied(code: str, framework: str) -> tuple[np.ndarray, ...]:
     rng = np.random.default_rng(0)
     weight, bias = rng.standard_normal((5, 3)), rng.standard_normal(5)
     tokens = np.array([[0, 4, 2], [1, 1, 3]])
-    space: dict[str, Any] = {}
-    exec(code, space)
-    net = space["Net"]()
+    net = _float64_net(code, framework)
     if framework == "mxnet":
-        net.initialize()
-        net.cast("float64")
         net(nd.array(tokens))  # the deferred shapes
         assert net.decoder.weight is net.embedding[0].weight
         net.embedding[0].weight.set_data(nd.array(weight, dtype="float64"))
@@ -191,7 +196,6 @@ def _run_tied(code: str, framework: str) -> tuple[np.ndarray, ...]:
         out.backward()
         grads = net.decoder.weight.grad().asnumpy(), net.decoder.bias.grad().asnumpy()
         return out.asnumpy(), *grads
-    net.double()
     assert net.decoder.weight is net.embedding[0].weight
     with torch.no_grad():
         net.embedding[0].weight.copy_(torch.tensor(weight))
