@@ -45,6 +45,7 @@ from polytrain.neutral.optim import Optimizer, OptimizerConfig
 from polytrain.utils.fileio import atomic_write_bytes
 
 from . import _env, _losses, _processes, _rnn_layers, _seq_layers  # noqa: F401  (the builders register)
+from ._layout import build_fast_layout, wants_channels_last
 from ._masks import KeyMasks, dropout_calls, parity_masks
 from ._model import JaxDevice, JaxModel, Speculative, x64
 from ._net import Context, build
@@ -196,7 +197,9 @@ class JaxBackend(Backend, Collectives, Precision, NativeIO, Inspection, Compilat
                 "describe the model as a spec."
             )
         placed = list(devices) if devices else [self.device("cpu")]
-        apply = build(model.net)
+        platforms = [d.device.platform for d in placed]
+        fast_layout = wants_channels_last(dtype, platforms)
+        apply = build_fast_layout(model.net) if fast_layout else build(model.net)
         shapes = model.parameter_shapes()
         m = JaxModel(apply, placed, [apply] * len(placed), model, dtype, apply=apply, shapes=shapes)
         with x64():

@@ -179,12 +179,13 @@ def _linear(layer: Linear, path: str) -> Apply:
 
 
 def batch_norm(
-    layer: Any, path: str, state: State, x: Array, ctx: Context, axes: tuple[int, ...]
-) -> Array:
-    """BatchNorm over ``axes`` (all but the channel axis 1): batch statistics in training
+    layer: Any, path: str, state: State, x: Array, ctx: Context, axes: tuple[int, ...],
+    channel: int = 1,
+) -> Array:  # fmt: skip
+    """BatchNorm over ``axes`` (all but the ``channel`` axis): batch statistics in training
     (the running ones updated into ``ctx.updates`` with PyTorch's momentum and unbiased
     variance), the running ones in eval mode."""
-    shape = (1, -1) + (1,) * (x.ndim - 2)
+    shape = tuple(-1 if a == channel else 1 for a in range(x.ndim))
     names = [key(path, n) for n in ("weight", "bias", "running_mean", "running_var")]
     w, b, rm, rv = (state[n].reshape(shape) for n in names)
     if not ctx.train:
