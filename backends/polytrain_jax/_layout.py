@@ -165,7 +165,7 @@ def _residual(layer: Residual, path: str) -> Apply | None:
         return None
 
     def apply(state: State, x: Array, ctx: Context) -> Array:
-        y = body(state, x, ctx)  # type: ignore[misc]
+        y = body(state, x, ctx)
         return jax.nn.relu(y + (shortcut(state, x, ctx) if shortcut else x))
 
     return apply
