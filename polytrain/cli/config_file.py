@@ -62,14 +62,14 @@ def apply_config(
         if action is None:
             known = ", ".join(sorted(actions))
             raise ConfigError(f"{where}: unknown key; keys of this command: {known}.")
-        converted = _convert(action, key, value, where)
+        converted = option_value(action, key, value, where)
         given.add(dest)
         if dest not in args.explicit:  # the command line wins
             setattr(args, dest, converted)
     return given
 
 
-def _convert(action: argparse.Action, key: str, value: Any, where: str) -> Any:
+def option_value(action: argparse.Action, key: str, value: Any, where: str) -> Any:
     """``value`` checked as the option would check its text; one line naming the key."""
     if key == "per_layer_weight_decay":
         if not isinstance(value, dict):

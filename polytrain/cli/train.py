@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from polytrain.cli.config_file import recipe_toml
 from polytrain.cli.output import make_console, make_table
 from polytrain.cli.recipe_args import recipe_from_args, resumed_recipe
+from polytrain.cli.run_options import carry_run_options, record_run_options
 from polytrain.errors import ConfigError
 from polytrain.plugins.records import Summary
 from polytrain.training.recipe import Recipe
@@ -28,11 +29,17 @@ def _metric_text(value: float, counts: bool) -> str:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Train one recipe on one backend and print the summary."""
+    if args.resume:
+        carry_run_options(args, args.subparser)
     recipe = resumed_recipe(args) if args.resume else recipe_from_args(args)
     if args.resume and args.out is None:
         args.out = _resumed_run_folder(args.resume)
     trainer = _trainer(args, recipe)
     rank = trainer.backend.rank  # fit() leaves the process group, which resets it
+    if rank == 0 and trainer.folder.path is not None:
+        args.backend = trainer.backend.name  # the one resolved, whoever named it
+        args.explicit.add("backend")
+        record_run_options(args, trainer.folder.path)
     summary = trainer.fit()
     if summary.interrupted:
         return _interrupted(args, summary, rank, trainer.stop.number)

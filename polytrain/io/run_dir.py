@@ -38,7 +38,8 @@ METRICS_FILE = "metrics.jsonl"
 CURVES_FILE = "curves.png"
 STEPS_CSV = "steps.csv"  # --log csv
 EPOCHS_CSV = "epochs.csv"
-RUN_FILES = (METRICS_FILE, CURVES_FILE, "checkpoints", STEPS_CSV, EPOCHS_CSV)  # a run's files
+RUN_OPTIONS_FILE = "run-options.toml"  # the options train --resume carries
+RUN_FILES = (METRICS_FILE, CURVES_FILE, "checkpoints", STEPS_CSV, EPOCHS_CSV, RUN_OPTIONS_FILE)
 
 
 def os_error_line(exc: OSError, fix: str, folder: Path | None = None) -> str:
