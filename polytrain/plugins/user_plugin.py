@@ -5,14 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from polytrain.errors import ConfigError
+from polytrain.plugins import hookspecs
 from polytrain.utils.user_code import call_user, traceback_hint
 from polytrain.utils.user_import import import_user_module
 
-TRAINING_HOOKS = (
-    "polytrain_train_start",
-    "polytrain_step_end",
-    "polytrain_epoch_end",
-    "polytrain_train_end",
+#: every training-event hook (the hook specifications other than the registrations)
+TRAINING_HOOKS = tuple(
+    name
+    for name in vars(hookspecs)
+    if name.startswith("polytrain_") and not name.startswith("polytrain_register_")
 )
 
 

@@ -179,6 +179,17 @@ def test_keep_best_and_plugin_paths_say_what_is_wrong(
     assert "add --out" in capsys.readouterr().err
 
 
+class OnCheckpoint:
+    @hookimpl
+    def polytrain_checkpoint_saved(self, path: str) -> None:
+        pass
+
+
+def test_a_plugin_of_any_training_hook_loads() -> None:
+    """--plugin refused a plugin whose only hook was polytrain_checkpoint_saved."""
+    assert isinstance(load_plugin("test_callbacks:OnCheckpoint"), OnCheckpoint)
+
+
 def test_control_reads_parameters_and_history(data: Datasets) -> None:
     seen: dict[str, Any] = {}
 
