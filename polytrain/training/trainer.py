@@ -198,8 +198,10 @@ class Trainer:
             if record is None:
                 return self.stop.reason()
             self.position.finish_epoch(record)
-            self.save_checkpoint()
+            # the hooks first: the epoch's record is written and a plugin's lr is in the
+            # checkpoint, so a resume from it neither loses the one nor the other
             self.hooks.polytrain_epoch_end(run=run, epoch=record, control=control)
+            self.save_checkpoint()
             self.checkpoints.keep_marked()
         return "completed" if control.stop_reason is None else control.stop_reason
 
