@@ -298,7 +298,15 @@ def print_log_tail(log_dir: str | None, name: str, lines: int = LOG_TAIL_LINES) 
 
 
 def _reap_group(proc: subprocess.Popen[bytes]) -> None:
-    """Stop anything the engine's launcher left behind in its process group."""
+    """Stop anything the engine's launcher left behind in its process group, and collect
+    the launcher's exit status (a leader that died after the last look was left a zombie,
+    and its ``Popen`` warned "still running")."""
+    _stop_group(proc)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=GRACE_SECONDS)
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
     for sig, grace in ((signal.SIGTERM, GRACE_SECONDS), (signal.SIGKILL, GRACE_SECONDS)):
         try:
             os.killpg(proc.pid, sig)

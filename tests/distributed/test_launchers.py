@@ -5,6 +5,7 @@ one process says so in one line. No framework process is started here."""
 from __future__ import annotations
 
 import importlib.util
+import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from polytrain.cli.main import main
 from polytrain.distributed.launch import launch
 from polytrain.distributed.launcher import Launcher, LaunchSpec
 from polytrain.distributed.network import free_port
+from polytrain.distributed.supervisor import _reap_group
 from polytrain.errors import ConfigError
 from polytrain.plugins import registry
 
@@ -213,3 +215,12 @@ def test_worker_wrapper_reads_the_rank_from_the_variable_it_is_given(tmp_path: P
         "polytrain worker_log: MY_RANK is not set; the engine's launcher sets it for every "
         "worker: run this through polytrain launch."
     ]
+
+
+def test_a_stopped_engine_launcher_is_reaped() -> None:
+    """Its group stopped, the launcher that died after the last look stayed a zombie:
+    doctor's hung-probe test failed on "subprocess ... is still running" under load."""
+    leaders = [subprocess.Popen(["sleep", "30"], start_new_session=True) for _ in range(3)]
+    for leader in leaders:
+        _reap_group(leader)
+    assert [leader.returncode for leader in leaders] == [-signal.SIGTERM] * 3
