@@ -24,7 +24,7 @@ from polytrain.porting.code import (
 )
 from polytrain.porting.code.arguments import NO_SPACE, NotConverted, code, convert_arguments
 from polytrain.porting.code.port_pass import NOT_IN_TABLE, PortPass, Resolved
-from polytrain.porting.code.table import Framework
+from polytrain.porting.code.table import Entry, Framework
 
 SCHEDULER_ALONE = (
     "a scheduler is converted when an optimizer is made from it in the same block, after "
@@ -145,6 +145,16 @@ def _convert_call(
     if entry.kind == "scheduler" and original not in port.pairs.scheduler_of:
         port.left(original, api, SCHEDULER_ALONE)
         return updated
+    return _with_arguments(port, original, updated, found, entry)
+
+
+def _with_arguments(
+    port: PortPass, original: cst.Call, updated: cst.Call, found: Resolved, entry: Entry
+) -> cst.BaseExpression:
+    """The call by ``entry`` with its arguments converted: the target called, or the
+    entry's expression; the made object initialised, passed to its ``around`` helpers and
+    wrapped; a scheduler given its optimizer. Left marked where an argument cannot be."""
+    api = found.name
     args = updated.args
     if original in port.pairs.lr_of:
         args = pairing.with_argument(args, entry, "learning_rate", port.pairs.lr_of[original])

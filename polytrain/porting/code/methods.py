@@ -11,7 +11,7 @@ from collections.abc import Collection
 import libcst as cst
 
 from polytrain.porting.code import gluon_loops, receivers, statements
-from polytrain.porting.code.arguments import NotConverted, code, convert_arguments
+from polytrain.porting.code.arguments import Converted, NotConverted, code, convert_arguments
 from polytrain.porting.code.port_pass import FOREIGN, PortPass
 from polytrain.porting.code.table import Entry
 
@@ -25,12 +25,8 @@ def convert_method(
     entry says why)."""
     api = entry.source
     assert isinstance(original.func, cst.Attribute) and isinstance(updated.func, cst.Attribute)
-    if entry.receivers:
-        made_by = receivers.receiver_api(port, original.func.value)
-        if made_by not in entry.receivers and original not in port.filled:
-            if entry.unknown_receiver and made_by != FOREIGN:
-                port.left(original, api, entry.unknown_receiver)
-            return updated
+    if entry.receivers and not _on_receiver(port, original, entry):
+        return updated
     if entry.unsupported:
         port.left(original, api, entry.unsupported)
         return updated
@@ -50,6 +46,35 @@ def convert_method(
         return updated
     if entry.kind == "expression":
         return method_expression(port, original, api, converted.target, converted.imports)
+    return _rewritten(port, original, updated, entry, receiver, converted, unpaired)
+
+
+def _on_receiver(port: PortPass, original: cst.Call, entry: Entry) -> bool:
+    """The call's receiver is one that ``entry`` converts (made by one of its
+    ``receivers``, or filled with blocks); else False, marked where the entry says why."""
+    assert isinstance(original.func, cst.Attribute)
+    made_by = receivers.receiver_api(port, original.func.value)
+    if made_by not in entry.receivers and original not in port.filled:
+        if entry.unknown_receiver and made_by != FOREIGN:
+            port.left(original, entry.source, entry.unknown_receiver)
+        return False
+    return True
+
+
+def _rewritten(
+    port: PortPass,
+    original: cst.Call,
+    updated: cst.Call,
+    entry: Entry,
+    receiver: cst.BaseExpression,
+    converted: Converted,
+    unpaired: bool,
+) -> cst.BaseExpression:
+    """The method call with its ``converted`` arguments: a scaled step as
+    ``gluon_step``, a step whose ``1 / n`` moved, a backward divided by it (through the
+    table's helper when unpaired or shared), else the entry's target chain on ``receiver``."""
+    api = entry.source
+    assert isinstance(updated.func, cst.Attribute)
     stepper = next((f for f in port.imported if gluon_loops.STEP_HELPER in f.helpers), None)
     if converted.moved and original in port.pairs.scaled and stepper is not None:
         port.helper(stepper, gluon_loops.STEP_HELPER)  # gluon_loops.py
