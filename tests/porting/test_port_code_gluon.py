@@ -29,8 +29,8 @@ from port_code_helpers import (
 )
 
 from polytrain.porting.code import convert_source
+from polytrain.porting.code.port_pass import MARKER
 from polytrain.porting.code.table import Entry, all_entries
-from polytrain.porting.code.transformer import MARKER
 
 mx = pytest.importorskip("mxnet")
 torch = pytest.importorskip("torch")

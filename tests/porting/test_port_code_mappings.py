@@ -27,8 +27,8 @@ from port_code_helpers import (
 )
 
 from polytrain.porting.code import convert_source
+from polytrain.porting.code.port_pass import MARKER
 from polytrain.porting.code.table import TABLE_DIR, Entry, all_entries, load_framework
-from polytrain.porting.code.transformer import MARKER
 
 paddle = pytest.importorskip("paddle")
 torch = pytest.importorskip("torch")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from polytrain.cli.main import main
 from polytrain.porting.code import EXIT_UNCONVERTED, convert_source
+from polytrain.porting.code.port_pass import STATEMENT
 from polytrain.porting.code.table import frameworks, load_framework
-from polytrain.porting.code.transformer import STATEMENT
 
 MULTI_LINE = """import os
 import paddle.nn as nn

@@ -22,9 +22,10 @@ from polytrain.porting.code.imports import (
     used_locals,
     with_helpers,
 )
+from polytrain.porting.code.port_pass import MARKER, STATEMENT
 from polytrain.porting.code.report import FileReport, Use
 from polytrain.porting.code.table import Framework, frameworks
-from polytrain.porting.code.transformer import MARKER, STATEMENT, PortTransformer
+from polytrain.porting.code.transformer import PortTransformer
 
 MODULE_FAILED = "the tool failed outside any statement ({error}); the file is left as it was"
 Skip = dict[tuple[int, int], str]
