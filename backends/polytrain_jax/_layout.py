@@ -18,8 +18,6 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from polytrain.neutral.models import (
@@ -34,13 +32,24 @@ from polytrain.neutral.models import (
     Residual,
     Sequential,
 )
-from polytrain.neutral.reference import pool_output_size
 
-from ._net import Apply, Array, Context, State, batch_norm, build, key, pool_divisor
+from ._net import (
+    Apply,
+    Array,
+    Context,
+    State,
+    avg_pool,
+    batch_norm,
+    build,
+    key,
+    max_pool,
+    summed,
+)
 
 #: NHWC builders: (layer, path) -> an NHWC -> NHWC function, or None (no NHWC form)
 NhwcBuilder = Callable[[Any, str], Apply | None]
 NHWC_BUILDERS: dict[type, NhwcBuilder] = {}
+NHWC_SPATIAL = (1, 2)  # H, W of an NHWC batch
 
 
 def wants_channels_last(dtype: str, platforms: list[str]) -> bool:
@@ -174,18 +183,8 @@ def _residual(layer: Residual, path: str) -> Apply | None:
 @nhwc_builds(Add)
 def _add(layer: Add, path: str) -> Apply | None:
     branches = [build_nhwc(b, key(path, f"branches.{i}")) for i, b in enumerate(layer.branches)]
-    if any(b is None for b in branches):
-        return None
     ready = [b for b in branches if b is not None]
-
-    def apply(state: State, x: Array, ctx: Context) -> Array:
-        outs = [branch(state, x, ctx) for branch in ready]
-        total = outs[0]
-        for out in outs[1:]:
-            total = total + out
-        return total
-
-    return apply
+    return summed(ready) if len(ready) == len(branches) else None
 
 
 # -- image layers ------------------------------------------------------------------------
@@ -218,30 +217,12 @@ def _relu(layer: ReLU, path: str) -> Apply:
 
 @nhwc_builds(MaxPool2d)
 def _max_pool(layer: MaxPool2d, path: str) -> Apply:
-    k, s, p = layer.kernel_size, layer.stride or layer.kernel_size, layer.padding
-    pads = ((0, 0), (p, p), (p, p), (0, 0))
-    return lambda state, x, ctx: lax.reduce_window(
-        x, -jnp.inf, lax.max, (1, k, k, 1), (1, s, s, 1), pads
-    )
+    return lambda state, x, ctx: max_pool(layer, x, NHWC_SPATIAL)
 
 
 @nhwc_builds(AvgPool2d)
 def _avg_pool(layer: AvgPool2d, path: str) -> Apply:
-    k, s, p = layer.kernel_size, layer.stride or layer.kernel_size, layer.padding
-
-    def apply(state: State, x: Array, ctx: Context) -> Array:
-        h, w = x.shape[1], x.shape[2]
-        oh = pool_output_size(h, k, s, p, layer.ceil_mode)
-        ow = pool_output_size(w, k, s, p, layer.ceil_mode)
-        extra_h = max((oh - 1) * s + k - h - 2 * p, 0)
-        extra_w = max((ow - 1) * s + k - w - 2 * p, 0)
-        pads = ((0, 0), (p, p + extra_h), (p, p + extra_w), (0, 0))
-        total = lax.reduce_window(x, 0.0, lax.add, (1, k, k, 1), (1, s, s, 1), pads)
-        rows = pool_divisor(h, k, s, p, layer.ceil_mode, layer.count_include_pad)
-        cols = pool_divisor(w, k, s, p, layer.ceil_mode, layer.count_include_pad)
-        return total / np.outer(rows, cols)[:, :, None].astype(x.dtype)
-
-    return apply
+    return lambda state, x, ctx: avg_pool(layer, x, NHWC_SPATIAL)
 
 
 @nhwc_builds(GlobalAvgPool2d)

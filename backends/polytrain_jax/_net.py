@@ -132,6 +132,11 @@ def _residual(layer: Residual, path: str) -> Apply:
 @builds(Add)
 def _add(layer: Add, path: str) -> Apply:
     branches = [build(b, key(path, f"branches.{i}")) for i, b in enumerate(layer.branches)]
+    return summed(branches)
+
+
+def summed(branches: list[Apply]) -> Apply:
+    """The sum of every branch applied to the same input (Add's function)."""
 
     def apply(state: State, x: Array, ctx: Context) -> Array:
         outs = [branch(state, x, ctx) for branch in branches]
@@ -217,15 +222,24 @@ def _relu(layer: ReLU, path: str) -> Apply:
     return lambda state, x, ctx: jax.nn.relu(x)
 
 
+#: the spatial axes of a 4-d batch: (H, W) of NCHW
+NCHW_SPATIAL = (2, 3)
+
+
+def _window(size: int, spatial: tuple[int, int]) -> tuple[int, ...]:
+    return tuple(size if axis in spatial else 1 for axis in range(4))
+
+
+def max_pool(layer: MaxPool2d, x: Array, spatial: tuple[int, int] = NCHW_SPATIAL) -> Array:
+    """MaxPool2d over the ``spatial`` axes of ``x``."""
+    k, s, p = layer.kernel_size, layer.stride or layer.kernel_size, layer.padding
+    pads = tuple((p, p) if axis in spatial else (0, 0) for axis in range(4))
+    return lax.reduce_window(x, -jnp.inf, lax.max, _window(k, spatial), _window(s, spatial), pads)
+
+
 @builds(MaxPool2d)
 def _max_pool(layer: MaxPool2d, path: str) -> Apply:
-    k, s, p = layer.kernel_size, layer.stride or layer.kernel_size, layer.padding
-
-    def apply(state: State, x: Array, ctx: Context) -> Array:
-        pads = ((0, 0), (0, 0), (p, p), (p, p))
-        return lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, k, k), (1, 1, s, s), pads)
-
-    return apply
+    return lambda state, x, ctx: max_pool(layer, x)
 
 
 def pool_divisor(size: int, k: int, s: int, pad: int, ceil: bool, include_pad: bool) -> np.ndarray:
@@ -239,25 +253,25 @@ def pool_divisor(size: int, k: int, s: int, pad: int, ceil: bool, include_pad: b
     return np.asarray(counts, dtype=np.float64)
 
 
+def avg_pool(layer: AvgPool2d, x: Array, spatial: tuple[int, int] = NCHW_SPATIAL) -> Array:
+    """AvgPool2d over the ``spatial`` axes of ``x`` (PyTorch's divisor, ceil mode)."""
+    k, s, p = layer.kernel_size, layer.stride or layer.kernel_size, layer.padding
+    pads = [(0, 0)] * 4
+    divisors = []
+    for axis in spatial:
+        size = x.shape[axis]
+        out = pool_output_size(size, k, s, p, layer.ceil_mode)
+        pads[axis] = (p, p + max((out - 1) * s + k - size - 2 * p, 0))
+        divisors.append(pool_divisor(size, k, s, p, layer.ceil_mode, layer.count_include_pad))
+    total = lax.reduce_window(x, 0.0, lax.add, _window(k, spatial), _window(s, spatial), pads)
+    divisor = np.outer(*divisors)
+    divisor = divisor.reshape(divisor.shape + (1,) * (3 - spatial[1]))  # axes after W
+    return total / divisor.astype(x.dtype)
+
+
 @builds(AvgPool2d)
 def _avg_pool(layer: AvgPool2d, path: str) -> Apply:
-    k, s, p = layer.kernel_size, layer.stride or layer.kernel_size, layer.padding
-
-    def apply(state: State, x: Array, ctx: Context) -> Array:
-        h, w = x.shape[2], x.shape[3]
-        oh = pool_output_size(h, k, s, p, layer.ceil_mode)
-        ow = pool_output_size(w, k, s, p, layer.ceil_mode)
-        extra_h, extra_w = (
-            max((oh - 1) * s + k - h - 2 * p, 0),
-            max((ow - 1) * s + k - w - 2 * p, 0),
-        )
-        pads = ((0, 0), (0, 0), (p, p + extra_h), (p, p + extra_w))
-        total = lax.reduce_window(x, 0.0, lax.add, (1, 1, k, k), (1, 1, s, s), pads)
-        rows = pool_divisor(h, k, s, p, layer.ceil_mode, layer.count_include_pad)
-        cols = pool_divisor(w, k, s, p, layer.ceil_mode, layer.count_include_pad)
-        return total / np.outer(rows, cols).astype(x.dtype)
-
-    return apply
+    return lambda state, x, ctx: avg_pool(layer, x)
 
 
 @builds(GlobalAvgPool2d)
