@@ -41,14 +41,20 @@ from ._net import (
     avg_pool,
     batch_norm,
     build,
+    builder_for,
+    chained,
     key,
     max_pool,
+    registrar,
+    reported,
+    residual,
     summed,
 )
 
 #: NHWC builders: (layer, path) -> an NHWC -> NHWC function, or None (no NHWC form)
 NhwcBuilder = Callable[[Any, str], Apply | None]
 NHWC_BUILDERS: dict[type, NhwcBuilder] = {}
+nhwc_builds = registrar(NHWC_BUILDERS)
 NHWC_SPATIAL = (1, 2)  # H, W of an NHWC batch
 
 
@@ -90,7 +96,7 @@ def _sequential_runs(layer: Sequential, path: str) -> Apply:
 
     def close_run() -> None:
         if any(has_conv(child) for child, _, _ in run):
-            parts.append(_bracketed(_chain([nhwc for _, _, nhwc in run])))
+            parts.append(_bracketed(chained([nhwc for _, _, nhwc in run])))
         else:
             parts.extend(build(child, child_path) for child, child_path, _ in run)
         run.clear()
@@ -104,16 +110,7 @@ def _sequential_runs(layer: Sequential, path: str) -> Apply:
         else:
             run.append((child, child_path, nhwc))
     close_run()
-    return _chain(parts)
-
-
-def _chain(steps: list[Apply]) -> Apply:
-    def apply(state: State, x: Array, ctx: Context) -> Array:
-        for step in steps:
-            x = step(state, x, ctx)
-        return x
-
-    return apply
+    return chained(parts)
 
 
 def has_conv(layer: Layer) -> bool:
@@ -131,28 +128,11 @@ def has_conv(layer: Layer) -> bool:
 def build_nhwc(layer: Layer, path: str) -> Apply | None:
     """``layer``'s NHWC -> NHWC function (its output reported NCHW to the hook), or None
     when it or a layer inside it has no NHWC form."""
-    builder = next((NHWC_BUILDERS[t] for t in type(layer).__mro__ if t in NHWC_BUILDERS), None)
+    builder = builder_for(NHWC_BUILDERS, layer)
     apply = builder(layer, path) if builder is not None else None
     if apply is None or isinstance(layer, Sequential):
         return apply
-    inner = apply
-
-    def reported(state: State, x: Array, ctx: Context) -> Array:
-        y = inner(state, x, ctx)
-        if ctx.hook is not None:
-            ctx.hook(path, to_nchw(y))
-        return y
-
-    return reported
-
-
-def nhwc_builds(*types: type) -> Callable[[NhwcBuilder], NhwcBuilder]:
-    def register(builder: NhwcBuilder) -> NhwcBuilder:
-        for t in types:
-            NHWC_BUILDERS[t] = builder
-        return builder
-
-    return register
+    return reported(apply, path, to_nchw)
 
 
 # -- containers --------------------------------------------------------------------------
@@ -163,7 +143,7 @@ def _sequential(layer: Sequential, path: str) -> Apply | None:
     children = [build_nhwc(child, key(path, name)) for name, child in layer.layers]
     if any(c is None for c in children):
         return None
-    return _chain([c for c in children if c is not None])
+    return chained([c for c in children if c is not None])
 
 
 @nhwc_builds(Residual)
@@ -172,12 +152,7 @@ def _residual(layer: Residual, path: str) -> Apply | None:
     shortcut = build_nhwc(layer.shortcut, key(path, "shortcut")) if layer.shortcut else None
     if body is None or (layer.shortcut is not None and shortcut is None):
         return None
-
-    def apply(state: State, x: Array, ctx: Context) -> Array:
-        y = body(state, x, ctx)
-        return jax.nn.relu(y + (shortcut(state, x, ctx) if shortcut else x))
-
-    return apply
+    return residual(body, shortcut)
 
 
 @nhwc_builds(Add)

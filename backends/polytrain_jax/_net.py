@@ -65,15 +65,40 @@ Builder = Callable[[Any, str], Apply]
 BUILDERS: dict[type, Builder] = {}
 
 
-def builds(*types: type) -> Callable[[Builder], Builder]:
-    """Register a builder for ``types`` in :data:`BUILDERS`."""
+def registrar(table: dict[type, Any]) -> Callable[..., Callable[[Any], Any]]:
+    """A decorator factory that registers a builder in ``table`` for the types it names."""
 
-    def register(builder: Builder) -> Builder:
-        for t in types:
-            BUILDERS[t] = builder
-        return builder
+    def builds(*types: type) -> Callable[[Any], Any]:
+        def register(builder: Any) -> Any:
+            for t in types:
+                table[t] = builder
+            return builder
 
-    return register
+        return register
+
+    return builds
+
+
+#: ``@builds(LayerType)``: register a builder in :data:`BUILDERS`
+builds = registrar(BUILDERS)
+
+
+def builder_for(table: dict[type, Any], layer: Layer) -> Any:
+    """``layer``'s builder in ``table``, None if none: a subclass of a spec layer builds as
+    its base, as on the other backends."""
+    return next((table[t] for t in type(layer).__mro__ if t in table), None)
+
+
+def reported(apply: Apply, path: str, shown: Callable[[Array], Array] | None = None) -> Apply:
+    """``apply`` with its output (``shown(y)`` when given) passed to the layer hook."""
+
+    def apply_reported(state: State, x: Array, ctx: Context) -> Array:
+        y = apply(state, x, ctx)
+        if ctx.hook is not None:
+            ctx.hook(path, y if shown is None else shown(y))
+        return y
+
+    return apply_reported
 
 
 def key(path: str, name: str) -> str:
@@ -82,24 +107,14 @@ def key(path: str, name: str) -> str:
 
 def build(layer: Layer, path: str = "") -> Apply:
     """The pure function of ``layer`` at ``path`` (its leaves' outputs reported to the hook)."""
-    # a subclass of a spec layer builds as its base, as on the other backends
-    builder = next((BUILDERS[t] for t in type(layer).__mro__ if t in BUILDERS), None)
+    builder = builder_for(BUILDERS, layer)
     if builder is None:
         raise BackendError(
             f"The jax backend has no builder for layer type {type(layer).__name__}: "
             "see polytrain_jax.capabilities for the layer types it supports."
         )
     apply = builder(layer, path)
-    if isinstance(layer, Sequential):
-        return apply
-
-    def reported(state: State, x: Array, ctx: Context) -> Array:
-        y = apply(state, x, ctx)
-        if ctx.hook is not None:
-            ctx.hook(path, y)
-        return y
-
-    return reported
+    return apply if isinstance(layer, Sequential) else reported(apply, path)
 
 
 # -- containers --------------------------------------------------------------------------
@@ -107,11 +122,15 @@ def build(layer: Layer, path: str = "") -> Apply:
 
 @builds(Sequential)
 def _sequential(layer: Sequential, path: str) -> Apply:
-    children = [build(child, key(path, name)) for name, child in layer.layers]
+    return chained([build(child, key(path, name)) for name, child in layer.layers])
+
+
+def chained(steps: list[Apply]) -> Apply:
+    """Each step applied to the previous one's output (a Sequential's function)."""
 
     def apply(state: State, x: Array, ctx: Context) -> Array:
-        for child in children:
-            x = child(state, x, ctx)
+        for step in steps:
+            x = step(state, x, ctx)
         return x
 
     return apply
@@ -121,6 +140,11 @@ def _sequential(layer: Sequential, path: str) -> Apply:
 def _residual(layer: Residual, path: str) -> Apply:
     body = build(layer.body, key(path, "body"))
     shortcut = build(layer.shortcut, key(path, "shortcut")) if layer.shortcut else None
+    return residual(body, shortcut)
+
+
+def residual(body: Apply, shortcut: Apply | None) -> Apply:
+    """``relu(body(x) + shortcut(x))``, the identity without a shortcut (Residual's)."""
 
     def apply(state: State, x: Array, ctx: Context) -> Array:
         y = body(state, x, ctx)
