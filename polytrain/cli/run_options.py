@@ -36,16 +36,17 @@ NOTED = {
 }
 
 
-def record_run_options(args: argparse.Namespace, folder: Path) -> None:
+def record_run_options(args: argparse.Namespace, folder: Path, backend: str) -> None:
     """Write the options of this command (those it was given, and those a resume
-    carried) to ``folder``'s ``run-options.toml``, atomically."""
+    carried) and the ``backend`` it resolved to ``folder``'s ``run-options.toml``,
+    atomically."""
     import tomli_w
 
     values = {
         dest: getattr(args, dest)
         for dest in (*CARRIED, *NOTED)
         if dest in args.explicit and getattr(args, dest) not in (None, [])
-    }
+    } | {"backend": backend}
     text = "# the options polytrain train ran with; train --resume takes them\n"
     atomic_write_text(folder / RUN_OPTIONS_FILE, text + tomli_w.dumps(values))
 

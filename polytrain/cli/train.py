@@ -37,9 +37,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     trainer = _trainer(args, recipe)
     rank = trainer.backend.rank  # fit() leaves the process group, which resets it
     if rank == 0 and trainer.folder.path is not None:
-        args.backend = trainer.backend.name  # the one resolved, whoever named it
-        args.explicit.add("backend")
-        record_run_options(args, trainer.folder.path)
+        record_run_options(args, trainer.folder.path, trainer.backend.name)
     summary = trainer.fit()
     if summary.interrupted:
         return _interrupted(args, summary, rank, trainer.stop.number)

@@ -92,10 +92,10 @@ def decide_compile(
         return CompileChoice(False, "--inspect compares eager layer outputs")
     if plan.pipeline:
         return CompileChoice(False, "--pipeline-split: compiled stages not measured")
-    if not plan.work and profile.eager_compiles:
-        return CompileChoice(True, f"this model's step time is not modelled; op by op "
-                             f"compiles each op too, {profile.tool} the step at once")  # fmt: skip
     if not plan.work:
+        if profile.eager_compiles:
+            why = f"op by op compiles each op too, {profile.tool} the step at once"
+            return CompileChoice(True, f"this model's step time is not modelled; {why}")
         return CompileChoice(False, "this model's step time is not modelled (sequence or "
                              "attention layers): --fast compiles it")  # fmt: skip
     need = break_even_steps(profile, plan.batch_per_process, warm, plan.work, plan.layers)
